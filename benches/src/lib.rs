@@ -1,0 +1,1 @@
+//! Baseline JSON-RPC implementations the benches compare ringrpc against.

@@ -1,0 +1,9 @@
+//! The codec: frames split off the read buffer ([`LineDecoder`]), parsed in place by
+//! simd-json, and validated into borrowed views ([`Params`], [`Id`]).
+
+pub(crate) mod de;
+pub(crate) mod frame;
+pub(crate) mod request;
+
+pub use frame::LineDecoder;
+pub use request::{Id, Params};

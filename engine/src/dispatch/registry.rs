@@ -1,0 +1,169 @@
+//! The method registry: built before serving, then frozen into an immutable table that
+//! the hot path reads without locks.
+
+use std::fmt;
+
+use rustc_hash::FxHashMap;
+
+use crate::codec::Params;
+use crate::error::{RegisterError, RpcError};
+use crate::serializer::ResultWriter;
+
+type CallFn = dyn Fn(Params<'_>, &mut ResultWriter<'_>) -> Result<(), RpcError> + Send + Sync;
+type NotifyFn = dyn Fn(Params<'_>) -> Result<(), RpcError> + Send + Sync;
+
+/// A registered handler. Typed methods are wrapped into `Call` at registration, so the
+/// dispatcher matches on two kinds only.
+pub(crate) enum Handler {
+    /// Answers calls; when notified, runs and its result is dropped.
+    Call(Box<CallFn>),
+    /// A notification handler; when called with an id, the answer is `null`.
+    Notify(Box<NotifyFn>),
+}
+
+/// Collects methods; [`RegistryBuilder::freeze`] turns it into a [`Registry`].
+///
+/// ```
+/// use ringrpc::{Params, Registry, RpcError};
+///
+/// let mut methods = Registry::builder();
+/// methods
+///     .method("add", |p: Params<'_>| -> Result<i64, RpcError> {
+///         let (a, b): (i64, i64) = p.parse()?;
+///         Ok(a + b)
+///     })?
+///     .raw_method("echo", |p, out| out.write_params(&p))?
+///     .notification("log", |_p| Ok(()))?;
+/// let registry = methods.freeze();
+/// assert_eq!(registry.len(), 3);
+/// # Ok::<(), ringrpc::RegisterError>(())
+/// ```
+#[derive(Default)]
+pub struct RegistryBuilder {
+    methods: FxHashMap<Box<str>, Handler>,
+}
+
+impl RegistryBuilder {
+    fn insert(&mut self, name: &str, h: Handler) -> Result<&mut Self, RegisterError> {
+        if name.starts_with("rpc.") {
+            return Err(RegisterError::Reserved(name.to_owned()));
+        }
+        if self.methods.contains_key(name) {
+            return Err(RegisterError::Duplicate(name.to_owned()));
+        }
+        self.methods.insert(name.into(), h);
+        Ok(self)
+    }
+
+    /// Registers a typed method: `f` reads its params with [`Params::parse`] (borrowing
+    /// from the frame) and returns a serde-serializable result, which is written straight
+    /// into the response.
+    ///
+    /// # Errors
+    ///
+    /// [`RegisterError`] for a duplicate name or a reserved `rpc.` name.
+    pub fn method<R, F>(&mut self, name: &str, f: F) -> Result<&mut Self, RegisterError>
+    where
+        R: serde::Serialize,
+        F: Fn(Params<'_>) -> Result<R, RpcError> + Send + Sync + 'static,
+    {
+        self.insert(
+            name,
+            Handler::Call(Box::new(move |p, out| out.write(&f(p)?))),
+        )
+    }
+
+    /// Registers a raw method: `f` gets the borrowed params and writes its result JSON
+    /// directly into the response through the [`ResultWriter`].
+    ///
+    /// # Errors
+    ///
+    /// As [`RegistryBuilder::method`].
+    pub fn raw_method<F>(&mut self, name: &str, f: F) -> Result<&mut Self, RegisterError>
+    where
+        F: Fn(Params<'_>, &mut ResultWriter<'_>) -> Result<(), RpcError> + Send + Sync + 'static,
+    {
+        self.insert(name, Handler::Call(Box::new(f)))
+    }
+
+    /// Registers a notification handler. Notifications are never answered, so its errors
+    /// are dropped; if a client calls it with an id, the answer is `null` or its error.
+    ///
+    /// # Errors
+    ///
+    /// As [`RegistryBuilder::method`].
+    pub fn notification<F>(&mut self, name: &str, f: F) -> Result<&mut Self, RegisterError>
+    where
+        F: Fn(Params<'_>) -> Result<(), RpcError> + Send + Sync + 'static,
+    {
+        self.insert(name, Handler::Notify(Box::new(f)))
+    }
+
+    /// Freezes the methods into an immutable [`Registry`].
+    pub fn freeze(self) -> Registry {
+        Registry {
+            methods: self.methods,
+        }
+    }
+}
+
+/// The frozen method table: read-only, `Send + Sync`, looked up with one hash of the
+/// method name and no locks.
+pub struct Registry {
+    methods: FxHashMap<Box<str>, Handler>,
+}
+
+impl Registry {
+    /// Starts building a registry.
+    pub fn builder() -> RegistryBuilder {
+        RegistryBuilder::default()
+    }
+
+    #[inline]
+    pub(crate) fn get(&self, name: &str) -> Option<&Handler> {
+        self.methods.get(name)
+    }
+
+    /// Whether `name` is registered.
+    pub fn contains(&self, name: &str) -> bool {
+        self.methods.contains_key(name)
+    }
+
+    /// Number of registered methods.
+    pub fn len(&self) -> usize {
+        self.methods.len()
+    }
+
+    /// Whether no method is registered.
+    pub fn is_empty(&self) -> bool {
+        self.methods.is_empty()
+    }
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.methods.keys()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_reserved_and_duplicate_names() {
+        let mut b = Registry::builder();
+        b.notification("a", |_| Ok(())).unwrap();
+        assert_eq!(
+            b.notification("a", |_| Ok(())).err(),
+            Some(RegisterError::Duplicate("a".into()))
+        );
+        assert_eq!(
+            b.notification("rpc.discover", |_| Ok(())).err(),
+            Some(RegisterError::Reserved("rpc.discover".into()))
+        );
+        assert!(b.notification("rpcx", |_| Ok(())).is_ok());
+        let r = b.freeze();
+        assert!(r.contains("a") && r.contains("rpcx") && !r.contains("rpc.discover"));
+    }
+}

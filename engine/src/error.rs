@@ -1,0 +1,258 @@
+//! Error types, one per layer: wire error codes ([`ErrorCode`]), the error a handler
+//! returns ([`RpcError`]), framing errors ([`FrameError`]) and registration errors
+//! ([`RegisterError`]).
+//!
+//! Every code the engine itself sends is defined here once; docs/PROTOCOL.md lists them.
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// `-32700`: the bytes are not valid JSON.
+pub const PARSE_ERROR: i32 = -32700;
+/// `-32600`: valid JSON, but not a valid Request object (also: a frame over the size limit).
+pub const INVALID_REQUEST: i32 = -32600;
+/// `-32601`: no method of that name is registered.
+pub const METHOD_NOT_FOUND: i32 = -32601;
+/// `-32602`: the params do not fit the method.
+pub const INVALID_PARAMS: i32 = -32602;
+/// `-32603`: the server failed (a handler panicked, or its result could not be serialized).
+pub const INTERNAL_ERROR: i32 = -32603;
+/// `-32000`: the server is overloaded and did not run the call.
+pub const SERVER_BUSY: i32 = -32000;
+/// `-32001`: the call did not finish before its deadline.
+pub const REQUEST_TIMEOUT: i32 = -32001;
+/// `-32002`: the call's response would exceed `max_response_bytes`.
+pub const RESPONSE_TOO_LARGE: i32 = -32002;
+
+/// The lowest code of the range the specification reserves (`-32768..=-32000`).
+pub const RESERVED_MIN: i32 = -32768;
+/// The highest code of the reserved range.
+pub const RESERVED_MAX: i32 = -32000;
+
+/// An application (business) error code: any `i32` outside the reserved range
+/// `-32768..=-32000`.
+///
+/// Because handlers can only build application errors from an `AppCode`, a business
+/// failure can never be sent with a protocol code (common mistake 8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AppCode(i32);
+
+impl AppCode {
+    /// Makes an application code, for use in constants.
+    ///
+    /// # Panics
+    ///
+    /// If `code` is in the reserved range; in a `const` this is a compile-time error.
+    pub const fn new(code: i32) -> Self {
+        match Self::try_new(code) {
+            Some(c) => c,
+            None => panic!("application error codes must lie outside -32768..=-32000"),
+        }
+    }
+
+    /// Makes an application code, or `None` if `code` is in the reserved range.
+    pub const fn try_new(code: i32) -> Option<Self> {
+        if code >= RESERVED_MIN && code <= RESERVED_MAX {
+            None
+        } else {
+            Some(Self(code))
+        }
+    }
+
+    /// The numeric code.
+    pub const fn get(self) -> i32 {
+        self.0
+    }
+}
+
+/// Every error code ringrpc can put on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// [`PARSE_ERROR`]
+    ParseError,
+    /// [`INVALID_REQUEST`]
+    InvalidRequest,
+    /// [`METHOD_NOT_FOUND`]
+    MethodNotFound,
+    /// [`INVALID_PARAMS`]
+    InvalidParams,
+    /// [`INTERNAL_ERROR`]
+    InternalError,
+    /// [`SERVER_BUSY`]
+    ServerBusy,
+    /// [`REQUEST_TIMEOUT`]
+    RequestTimeout,
+    /// [`RESPONSE_TOO_LARGE`]
+    ResponseTooLarge,
+    /// An application-defined code.
+    Application(AppCode),
+}
+
+impl ErrorCode {
+    /// The numeric code sent on the wire.
+    pub const fn code(self) -> i32 {
+        match self {
+            Self::ParseError => PARSE_ERROR,
+            Self::InvalidRequest => INVALID_REQUEST,
+            Self::MethodNotFound => METHOD_NOT_FOUND,
+            Self::InvalidParams => INVALID_PARAMS,
+            Self::InternalError => INTERNAL_ERROR,
+            Self::ServerBusy => SERVER_BUSY,
+            Self::RequestTimeout => REQUEST_TIMEOUT,
+            Self::ResponseTooLarge => RESPONSE_TOO_LARGE,
+            Self::Application(c) => c.get(),
+        }
+    }
+
+    /// The standard short message for the code (applications supply their own).
+    pub const fn message(self) -> &'static str {
+        match self {
+            Self::ParseError => "Parse error",
+            Self::InvalidRequest => "Invalid Request",
+            Self::MethodNotFound => "Method not found",
+            Self::InvalidParams => "Invalid params",
+            Self::InternalError => "Internal error",
+            Self::ServerBusy => "Server busy",
+            Self::RequestTimeout => "Request timed out",
+            Self::ResponseTooLarge => "Response too large",
+            Self::Application(_) => "Application error",
+        }
+    }
+}
+
+/// A JSON-RPC error object as a handler returns it: code, message and optional `data`.
+///
+/// Handlers can produce [`RpcError::invalid_params`] and [`RpcError::application`]
+/// errors; the protocol codes are produced by the engine alone.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RpcError {
+    code: ErrorCode,
+    message: Cow<'static, str>,
+    /// Serialized JSON text of `data`, if any.
+    data: Option<Box<str>>,
+}
+
+impl RpcError {
+    /// An error with the given code and message.
+    pub(crate) fn new(code: ErrorCode, message: impl Into<Cow<'static, str>>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    /// `-32602 Invalid params` with a message saying what is wrong.
+    #[cold]
+    pub fn invalid_params(message: impl fmt::Display) -> Self {
+        Self::new(
+            ErrorCode::InvalidParams,
+            format!("Invalid params: {message}"),
+        )
+    }
+
+    /// An application (business) error with its own code.
+    ///
+    /// ```
+    /// use ringrpc::{AppCode, RpcError};
+    /// const USER_NOT_FOUND: AppCode = AppCode::new(1001);
+    /// let e = RpcError::application(USER_NOT_FOUND, "User not found");
+    /// assert_eq!(e.code(), 1001);
+    /// ```
+    #[cold]
+    pub fn application(code: AppCode, message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorCode::Application(code), message)
+    }
+
+    /// Attaches `data`, serialized now. If `data` cannot be serialized the error keeps
+    /// no data (a handler's error path must not fail).
+    #[cold]
+    pub fn with_data<T: serde::Serialize + ?Sized>(mut self, data: &T) -> Self {
+        self.data = serde_json::to_string(data).ok().map(String::into_boxed_str);
+        self
+    }
+
+    /// The numeric code.
+    pub fn code(&self) -> i32 {
+        self.code.code()
+    }
+
+    /// The code as an [`ErrorCode`].
+    pub fn error_code(&self) -> ErrorCode {
+        self.code
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The JSON text of `data`, if any.
+    pub fn data(&self) -> Option<&str> {
+        self.data.as_deref()
+    }
+}
+
+impl fmt::Display for RpcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.message, self.code())
+    }
+}
+
+impl std::error::Error for RpcError {}
+
+/// A framing error: the peer sent something the framer will not buffer.
+///
+/// The framer recovers by itself; the caller answers the error (see
+/// [`Engine::write_frame_error`](crate::Engine::write_frame_error)) and goes on decoding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    /// A frame was longer than `limit` bytes; it is being discarded up to its end.
+    #[error("request exceeds max_request_bytes ({limit} bytes)")]
+    TooLarge {
+        /// The limit in force.
+        limit: usize,
+    },
+}
+
+/// Why a method could not be registered.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RegisterError {
+    /// The name is already registered.
+    #[error("method `{0}` is already registered")]
+    Duplicate(String),
+    /// Names beginning with `rpc.` are reserved by the specification.
+    #[error("method `{0}` uses the reserved `rpc.` prefix")]
+    Reserved(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn app_codes_exclude_the_reserved_range() {
+        for c in [RESERVED_MIN, -32603, -32600, RESERVED_MAX] {
+            assert!(AppCode::try_new(c).is_none(), "{c}");
+        }
+        for c in [
+            RESERVED_MIN - 1,
+            RESERVED_MAX + 1,
+            0,
+            1001,
+            i32::MIN,
+            i32::MAX,
+        ] {
+            assert_eq!(AppCode::try_new(c).map(AppCode::get), Some(c));
+        }
+    }
+
+    #[test]
+    fn codes_and_messages() {
+        assert_eq!(ErrorCode::ParseError.code(), -32700);
+        assert_eq!(ErrorCode::InvalidRequest.message(), "Invalid Request");
+        let e = RpcError::invalid_params("missing field `a`");
+        assert_eq!(e.code(), INVALID_PARAMS);
+        assert_eq!(e.message(), "Invalid params: missing field `a`");
+    }
+}

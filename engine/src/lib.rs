@@ -1,0 +1,80 @@
+//! # ringrpc
+//!
+//! A zero-copy, high-throughput JSON-RPC 2.0 engine.
+//!
+//! A request's bytes are read once into a connection's buffer and never copied again:
+//!
+//! ```text
+//!  read buffer (BytesMut) ──split_to──▶ frame ──simd-json, in place──▶ tape
+//!        ▲                                                             │
+//!   transport                                           validate (borrowed views)
+//!        │                                                             ▼
+//!   out (Vec<u8>) ◀──────── serializer ◀──────── handler ◀──── Registry lookup
+//! ```
+//!
+//! - **Codec** — [`LineDecoder`] splits newline-delimited frames off the read buffer;
+//!   simd-json parses each frame in place into a tape held in a reused [`Scratch`];
+//!   requests are validated into borrowed views ([`Params`], [`Id`]).
+//! - **Dispatch** — a [`Registry`] built before serving and then frozen; handlers get
+//!   borrowed [`Params`] and return results or [`RpcError`]s.
+//! - **Serializer** — responses go straight into a caller-provided, reused buffer.
+//!
+//! [`Engine::handle`] is the whole no-I/O path: a proxy or any other host can embed it.
+//!
+//! ```
+//! use ringrpc::{Config, Engine, Params, Registry, RpcError};
+//! use serde::Deserialize;
+//!
+//! #[derive(Deserialize)]
+//! struct Subtract { minuend: i64, subtrahend: i64 }
+//!
+//! let mut methods = Registry::builder();
+//! methods.method("subtract", |p: Params<'_>| -> Result<i64, RpcError> {
+//!     let s: Subtract = p.parse()?; // accepts [42, 23] and {"minuend":42,"subtrahend":23}
+//!     Ok(s.minuend - s.subtrahend)
+//! })?;
+//! let engine = Engine::new(methods.freeze(), Config::default());
+//!
+//! // A stream transport: bytes arrive in a read buffer, replies go out one per line.
+//! let (mut decoder, mut scratch, mut out) = (engine.decoder(), engine.scratch(), Vec::new());
+//! let mut buf = bytes::BytesMut::from(&br#"{"jsonrpc":"2.0","method":"subtract","params":[42,23],"id":1}
+//! {"jsonrpc":"2.0","method":"subtract","params":{"subtrahend":23,"minuend":42},"id":"a"}
+//! "#[..]);
+//! engine.handle_lines(&mut buf, &mut decoder, &mut scratch, &mut out);
+//! assert_eq!(out, &br#"{"jsonrpc":"2.0","id":1,"result":19}
+//! {"jsonrpc":"2.0","id":"a","result":19}
+//! "#[..]);
+//! # Ok::<(), ringrpc::RegisterError>(())
+//! ```
+#![deny(missing_docs)]
+#![warn(unreachable_pub)]
+#![deny(
+    clippy::undocumented_unsafe_blocks,
+    clippy::missing_safety_doc,
+    unsafe_op_in_unsafe_fn
+)]
+
+mod codec;
+mod config;
+pub mod demo;
+mod dispatch;
+mod engine;
+mod error;
+mod serializer;
+
+pub use codec::{Id, LineDecoder, Params};
+pub use config::{
+    Config, DEFAULT_MAX_DEPTH, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_RESPONSE_BYTES,
+};
+pub use dispatch::registry::{Registry, RegistryBuilder};
+pub use engine::{Engine, Outcome, Scratch};
+pub use error::{AppCode, ErrorCode, FrameError, RegisterError, RpcError};
+pub use serializer::ResultWriter;
+
+/// The error codes, as constants (see docs/PROTOCOL.md).
+pub mod codes {
+    pub use crate::error::{
+        INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
+        REQUEST_TIMEOUT, RESERVED_MAX, RESERVED_MIN, RESPONSE_TOO_LARGE, SERVER_BUSY,
+    };
+}

@@ -1,0 +1,7 @@
+//! The serializer: responses and batch arrays written straight into a caller-provided,
+//! reused output buffer.
+
+pub(crate) mod json;
+pub(crate) mod response;
+
+pub use response::ResultWriter;
