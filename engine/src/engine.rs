@@ -66,7 +66,7 @@ impl Engine {
     /// Fresh parse state for one thread.
     pub fn scratch(&self) -> Scratch {
         Scratch {
-            buffers: Buffers::with_max_depth(4096, self.config.max_depth + 1),
+            buffers: Buffers::with_max_depth(4096, self.config.max_depth),
             tape: Tape(Vec::new()),
         }
     }
