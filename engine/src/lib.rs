@@ -71,6 +71,11 @@ pub use engine::{Engine, Outcome, Scratch};
 pub use error::{AppCode, ErrorCode, FrameError, RegisterError, RpcError};
 pub use serializer::ResultWriter;
 
+/// The README's embedding example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
 /// The error codes, as constants (see docs/PROTOCOL.md).
 pub mod codes {
     pub use crate::error::{
