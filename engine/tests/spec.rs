@@ -337,6 +337,9 @@ fn ids_echo_with_same_type_and_value() {
         "-0.25",
         "null",
         r#""""#,
+        // Beyond u64: a float, as serde_json reads it too.
+        "18446744073709551616",
+        "-92233720368547758080",
     ] {
         let r = demo_answer(&format!(r#"{{"jsonrpc":"2.0","method":"ping","id":{id}}}"#)).unwrap();
         let want: Value = serde_json::from_str(id).unwrap();
