@@ -172,8 +172,8 @@ impl Engine {
     #[cold]
     fn parse_error(&self, e: &simd_json::Error, out: &mut Vec<u8>) {
         let code = ErrorCode::ParseError;
-        match e.error() {
-            ErrorType::DepthLimitExceeded => write_error(
+        if let ErrorType::DepthLimitExceeded = e.error() {
+            return write_error(
                 out,
                 Id::Null,
                 code,
@@ -181,21 +181,36 @@ impl Engine {
                     "Parse error: nesting deeper than max_depth ({} levels)",
                     self.config.max_depth
                 ),
-            ),
-            ErrorType::InvalidUtf8 => write_error(
-                out,
-                Id::Null,
-                code,
-                format_args!("Parse error: invalid UTF-8"),
-            ),
-            ErrorType::Eof => write_error(
-                out,
-                Id::Null,
-                code,
-                format_args!("Parse error: unexpected end of input"),
-            ),
-            _ => write_error(out, Id::Null, code, format_args!("Parse error: {e}")),
+            );
         }
+        let what = match e.error() {
+            ErrorType::Eof => "unexpected end of input",
+            ErrorType::InvalidUtf8 => "invalid UTF-8",
+            ErrorType::InvalidEscape => "invalid escape in a string",
+            ErrorType::InvalidUnicodeEscape | ErrorType::InvalidUnicodeCodepoint => {
+                "invalid \\u escape in a string"
+            }
+            ErrorType::InvalidNumber | ErrorType::InvalidExponent | ErrorType::Overflow => {
+                "invalid or out-of-range number"
+            }
+            ErrorType::UnterminatedString => "unterminated string",
+            ErrorType::TrailingData => "data after the JSON value",
+            ErrorType::NoStructure => "no JSON value",
+            ErrorType::ExpectedObjectColon => "expected `:` in an object",
+            ErrorType::ExpectedArrayComma | ErrorType::ExpectedMapComma => {
+                "expected `,` or a closing bracket"
+            }
+            ErrorType::ExpectedObjectKey | ErrorType::KeyMustBeAString => {
+                "expected a string key in an object"
+            }
+            _ => "invalid JSON",
+        };
+        write_error(
+            out,
+            Id::Null,
+            code,
+            format_args!("Parse error: {what} (near byte {})", e.index()),
+        );
     }
 
     /// Answers a parsed document: a single request or a batch.
