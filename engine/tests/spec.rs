@@ -370,6 +370,7 @@ fn bad_params_name_the_problem() {
     for (params, needle) in [
         (r#"["a", 1]"#, "invalid type: string \"a\""),
         ("[1]", "invalid length 1"),
+        ("[1, 2, 3]", "invalid length 3, expected fewer elements in array"),
         (r#"{"minuend": 1}"#, "missing field `subtrahend`"),
         ("[9223372036854775807, -1]", "overflows"),
     ] {

@@ -60,14 +60,30 @@ impl<'de> de::Deserializer<'de> for TapeDe<'de> {
             Node::Static(StaticNode::F64(f)) => visitor.visit_f64(f),
             #[allow(unreachable_patterns)]
             Node::Static(_) => Err(de::Error::custom("unsupported number")),
-            Node::Array { len, .. } => visitor.visit_seq(Seq {
-                rest: &self.nodes[1..],
-                left: len,
-            }),
-            Node::Object { len, .. } => visitor.visit_map(Map {
-                rest: &self.nodes[1..],
-                left: len,
-            }),
+            // A visitor that stops early (a 2-tuple given 3 elements) is an error, as in
+            // serde_json: extra params are not silently dropped.
+            Node::Array { len, .. } => {
+                let mut seq = Seq {
+                    rest: &self.nodes[1..],
+                    left: len,
+                };
+                let v = visitor.visit_seq(&mut seq)?;
+                match seq.left {
+                    0 => Ok(v),
+                    _ => Err(de::Error::invalid_length(len, &"fewer elements in array")),
+                }
+            }
+            Node::Object { len, .. } => {
+                let mut map = Map {
+                    rest: &self.nodes[1..],
+                    left: len,
+                };
+                let v = visitor.visit_map(&mut map)?;
+                match map.left {
+                    0 => Ok(v),
+                    _ => Err(de::Error::invalid_length(len, &"fewer members in object")),
+                }
+            }
         }
     }
 
@@ -339,6 +355,7 @@ mod tests {
         assert!(msg(r#"{"Minuend":1,"subtrahend":2}"#).contains("missing field `minuend`"));
         assert!(msg(r#"["a",2]"#).contains("invalid type: string \"a\""));
         assert!(msg(r#"[1]"#).contains("invalid length 1"));
+        assert!(msg(r#"[1,2,"x",4]"#).contains("invalid length 4, expected fewer elements"));
     }
 
     #[test]
