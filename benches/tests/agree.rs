@@ -13,9 +13,9 @@ use serde_json::Value;
 fn ringrpc_reply(input: &str) -> Option<Vec<u8>> {
     let engine = demo::engine(Config::default());
     let mut scratch = engine.scratch();
-    let mut frame = input.as_bytes().to_vec();
+    let frame = input.as_bytes().to_vec();
     let mut out = Vec::new();
-    match engine.handle(&mut frame, &mut scratch, &mut out) {
+    match engine.handle(&frame, &mut scratch, &mut out) {
         Outcome::Reply => Some(out),
         Outcome::Nothing => {
             assert!(out.is_empty(), "ringrpc wrote output for no reply");

@@ -1,8 +1,9 @@
 //! The no-I/O entry point: one frame in, its reply (if any) appended to an output buffer.
 
 use bytes::BytesMut;
-use simd_json::{Buffers, ErrorType, Node, Tape};
+use simd_json::{Buffers, ErrorType, Node, Tape, INPUT_PADDING};
 
+use crate::codec::raw::RawCtx;
 use crate::codec::request::{span, validate};
 use crate::codec::{Id, LineDecoder};
 use crate::config::Config;
@@ -21,11 +22,15 @@ pub enum Outcome {
     Nothing,
 }
 
-/// Per-thread parse state, reused for every frame: simd-json's `Buffers` and the tape.
+/// Per-thread parse state, reused for every frame: the padded working copy simd-json
+/// parses in place, simd-json's `Buffers`, and the tape.
 ///
 /// Make one per thread (or connection) with [`Engine::scratch`] and keep it; after the
 /// first few frames it has grown to fit and parsing allocates nothing.
 pub struct Scratch {
+    /// The frame's bytes plus `INPUT_PADDING`: simd-json reads and unescapes here, so
+    /// the frame itself stays untouched.
+    input: Vec<u8>,
     buffers: Buffers,
     /// Always empty between calls; its allocation is what is reused.
     tape: Tape<'static>,
@@ -66,6 +71,7 @@ impl Engine {
     /// Fresh parse state for one thread.
     pub fn scratch(&self) -> Scratch {
         Scratch {
+            input: Vec::with_capacity(4096),
             buffers: Buffers::with_max_depth(4096, self.config.max_depth),
             tape: Tape(Vec::new()),
         }
@@ -78,9 +84,11 @@ impl Engine {
 
     /// Handles one frame: a single request, a notification or a batch.
     ///
-    /// `frame` is parsed in place (simd-json decodes string escapes into it, so its
-    /// contents are clobbered). The reply, if any, is appended to `out` as one compact
-    /// JSON text without a trailing newline. Every input gets the answer the
+    /// `frame` is left untouched: it is copied once into the scratch's padded buffer,
+    /// where simd-json parses it in place (the copy simd-json's own `fill_tape` would
+    /// make anyway), so raw byte ranges of the frame can be re-emitted verbatim and
+    /// the caller can still log or forward it. The reply, if any, is appended to `out`
+    /// as one compact JSON text without a trailing newline. Every input gets the answer the
     /// specification requires: bad JSON a `-32700`, a non-request a `-32600`, and
     /// notifications nothing at all.
     ///
@@ -99,18 +107,19 @@ impl Engine {
     ///
     /// let mut scratch = engine.scratch();
     /// let mut out = Vec::new();
-    /// let mut frame = br#"{"jsonrpc":"2.0","method":"add","params":[2,3],"id":7}"#.to_vec();
-    /// assert_eq!(engine.handle(&mut frame, &mut scratch, &mut out), Outcome::Reply);
+    /// let frame = br#"{"jsonrpc":"2.0","method":"add","params":[2,3],"id":7}"#;
+    /// assert_eq!(engine.handle(frame, &mut scratch, &mut out), Outcome::Reply);
     /// assert_eq!(out, br#"{"jsonrpc":"2.0","id":7,"result":5}"#);
     ///
     /// out.clear();
-    /// let mut note = br#"{"jsonrpc":"2.0","method":"add","params":[2,3]}"#.to_vec();
-    /// assert_eq!(engine.handle(&mut note, &mut scratch, &mut out), Outcome::Nothing);
+    /// let note = br#"{"jsonrpc":"2.0","method":"add","params":[2,3]}"#;
+    /// assert_eq!(engine.handle(note, &mut scratch, &mut out), Outcome::Nothing);
     /// assert!(out.is_empty());
     /// # Ok::<(), ringrpc::RegisterError>(())
     /// ```
-    pub fn handle(&self, frame: &mut [u8], scratch: &mut Scratch, out: &mut Vec<u8>) -> Outcome {
-        if frame.len() > self.config.max_request_bytes {
+    pub fn handle(&self, frame: &[u8], scratch: &mut Scratch, out: &mut Vec<u8>) -> Outcome {
+        let len = frame.len();
+        if len > self.config.max_request_bytes {
             return self.write_frame_error(
                 FrameError::TooLarge {
                     limit: self.config.max_request_bytes,
@@ -118,9 +127,21 @@ impl Engine {
                 out,
             );
         }
+        scratch.input.clear();
+        scratch.input.extend_from_slice(frame);
+        scratch.input.resize(len + INPUT_PADDING, b' ');
         let mut tape: Tape<'_> = std::mem::replace(&mut scratch.tape, Tape(Vec::new())).reset();
-        let outcome = match simd_json::fill_tape(frame, &mut scratch.buffers, &mut tape) {
-            Ok(()) => self.respond(&tape.0, out),
+        let parsed =
+            simd_json::fill_tape_padded(&mut scratch.input, len, &mut scratch.buffers, &mut tape);
+        let outcome = match parsed {
+            Ok(()) => {
+                let raw = RawCtx {
+                    frame,
+                    structurals: scratch.buffers.structural_indexes(),
+                    root: &tape.0,
+                };
+                self.respond(raw, out)
+            }
             Err(e) => {
                 self.parse_error(&e, out);
                 Outcome::Reply
@@ -158,7 +179,7 @@ impl Engine {
         let mut replies = 0;
         loop {
             let outcome = match decoder.decode(buf) {
-                Ok(Some(mut frame)) => self.handle(&mut frame, scratch, out),
+                Ok(Some(frame)) => self.handle(&frame, scratch, out),
                 Ok(None) => return replies,
                 Err(e) => self.write_frame_error(e, out),
             };
@@ -214,7 +235,8 @@ impl Engine {
     }
 
     /// Answers a parsed document: a single request or a batch.
-    fn respond(&self, nodes: &[Node<'_>], out: &mut Vec<u8>) -> Outcome {
+    fn respond(&self, raw: RawCtx<'_>, out: &mut Vec<u8>) -> Outcome {
+        let nodes = raw.root;
         let start = out.len();
         let limit = start.saturating_add(self.config.max_response_bytes);
         let max = self.config.max_response_bytes;
@@ -240,7 +262,7 @@ impl Engine {
                     if any {
                         out.push(b',');
                     }
-                    if self.single(elem, out, limit, max) {
+                    if self.single(elem, raw, out, limit, max) {
                         any = true;
                     } else {
                         out.truncate(mark);
@@ -256,7 +278,7 @@ impl Engine {
                 }
             }
             _ => {
-                if self.single(nodes, out, limit, max) {
+                if self.single(nodes, raw, out, limit, max) {
                     Outcome::Reply
                 } else {
                     Outcome::Nothing
@@ -267,8 +289,15 @@ impl Engine {
 
     /// Answers one request object (or batch element); returns whether it wrote a reply.
     #[inline]
-    fn single(&self, nodes: &[Node<'_>], out: &mut Vec<u8>, limit: usize, max: usize) -> bool {
-        match validate(nodes) {
+    fn single(
+        &self,
+        nodes: &[Node<'_>],
+        raw: RawCtx<'_>,
+        out: &mut Vec<u8>,
+        limit: usize,
+        max: usize,
+    ) -> bool {
+        match validate(nodes, raw) {
             Ok(req) => dispatch(&self.registry, req, out, limit, max),
             Err(invalid) => {
                 write_error(

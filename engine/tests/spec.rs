@@ -6,10 +6,10 @@ use serde_json::{json, Value};
 
 /// Handles `input` as one frame; `None` when nothing is to be sent.
 fn answer(engine: &Engine, input: &str) -> Option<Value> {
-    let mut frame = input.as_bytes().to_vec();
+    let frame = input.as_bytes();
     let mut scratch = engine.scratch();
     let mut out = b"prefix".to_vec(); // replies are appended, never overwrite
-    let outcome = engine.handle(&mut frame, &mut scratch, &mut out);
+    let outcome = engine.handle(frame, &mut scratch, &mut out);
     assert!(out.starts_with(b"prefix"));
     let reply = &out[6..];
     match outcome {
@@ -370,7 +370,10 @@ fn bad_params_name_the_problem() {
     for (params, needle) in [
         (r#"["a", 1]"#, "invalid type: string \"a\""),
         ("[1]", "invalid length 1"),
-        ("[1, 2, 3]", "invalid length 3, expected fewer elements in array"),
+        (
+            "[1, 2, 3]",
+            "invalid length 3, expected fewer elements in array",
+        ),
         (r#"{"minuend": 1}"#, "missing field `subtrahend`"),
         ("[9223372036854775807, -1]", "overflows"),
     ] {

@@ -8,6 +8,7 @@
 use simd_json::{Node, StaticNode};
 
 use super::de::{AbsentDe, TapeDe};
+use super::raw::RawCtx;
 use crate::error::RpcError;
 
 /// How many tape nodes the value starting at `node` spans (itself included).
@@ -44,11 +45,20 @@ pub enum Id<'a> {
 pub struct Params<'a> {
     /// The params value's nodes (its whole span), or `None` when absent.
     nodes: Option<&'a [Node<'a>]>,
+    /// Where to find the params' original text.
+    raw: RawCtx<'a>,
 }
 
 impl<'a> Params<'a> {
-    pub(crate) fn new(nodes: Option<&'a [Node<'a>]>) -> Self {
-        Self { nodes }
+    pub(crate) fn new(nodes: Option<&'a [Node<'a>]>, raw: RawCtx<'a>) -> Self {
+        Self { nodes, raw }
+    }
+
+    /// The params exactly as they were sent (an array or object, whitespace and escapes
+    /// included), borrowed from the frame; `None` when absent. For forwarding params
+    /// without re-encoding them. Cost: a walk of the tape up to and through the params.
+    pub fn raw_json(&self) -> Option<&'a [u8]> {
+        self.raw.container_text(self.nodes?)
     }
 
     /// Deserializes the params into `T`. Absent params deserialize as `null` for
@@ -133,7 +143,10 @@ fn as_id<'a>(node: &Node<'a>) -> Option<Id<'a>> {
 /// One pass over the members. Unknown members are ignored (the specification does not
 /// forbid them); a repeated member is invalid. When the request is invalid but its id
 /// was readable, that id is kept for the answer; otherwise the answer's id is `null`.
-pub(crate) fn validate<'a>(nodes: &'a [Node<'a>]) -> Result<Request<'a>, Invalid<'a>> {
+pub(crate) fn validate<'a>(
+    nodes: &'a [Node<'a>],
+    raw: RawCtx<'a>,
+) -> Result<Request<'a>, Invalid<'a>> {
     let invalid = |id, reason| Err(Invalid { id, reason });
     let Some(&Node::Object { len, .. }) = nodes.first() else {
         return invalid(Id::Null, "Invalid Request: not a JSON-RPC request object");
@@ -217,7 +230,7 @@ pub(crate) fn validate<'a>(nodes: &'a [Node<'a>]) -> Result<Request<'a>, Invalid
     };
     Ok(Request {
         method,
-        params: Params::new(params),
+        params: Params::new(params, raw),
         id: id.flatten(),
     })
 }
@@ -235,7 +248,12 @@ mod tests {
         let mut tape = Tape(Vec::new());
         simd_json::fill_tape(bytes, &mut Buffers::default(), &mut tape).unwrap();
         let tape: &'static Tape<'static> = Box::leak(Box::new(tape));
-        match validate(&tape.0) {
+        let raw = RawCtx {
+            frame: b"",
+            structurals: &[],
+            root: &tape.0,
+        };
+        match validate(&tape.0, raw) {
             Ok(r) => Ok((r.method.to_string(), r.id, r.params.is_absent())),
             Err(e) => Err((e.id, e.reason)),
         }

@@ -142,13 +142,17 @@ impl<'o> ResultWriter<'o> {
         Ok(())
     }
 
-    /// Writes the request's params back as the result (an `echo`), from the parse
-    /// directly: no intermediate value. Absent params are written as `null`.
+    /// Writes the request's params back as the result (an `echo`): their original text,
+    /// copied verbatim from the frame (see [`Params::raw_json`]), with no intermediate
+    /// value and no re-encoding. Absent params are written as `null`.
     pub fn write_params(&mut self, params: &Params<'_>) -> Result<(), RpcError> {
         self.begin()?;
-        match params.nodes() {
-            Some(nodes) => write_value(self.out, nodes),
-            None => self.out.extend_from_slice(b"null"),
+        match (params.raw_json(), params.nodes()) {
+            (Some(text), _) => self.out.extend_from_slice(text),
+            // Not reached for frames the engine parsed; kept so a mismatch degrades to
+            // re-encoding from the tape rather than to a wrong answer.
+            (None, Some(nodes)) => write_value(self.out, nodes),
+            (None, None) => self.out.extend_from_slice(b"null"),
         }
         self.check()
     }

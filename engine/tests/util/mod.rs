@@ -37,17 +37,23 @@ pub struct Harness {
 
 impl Harness {
     pub fn new(config: Config) -> Self {
-        let engine = ringrpc::demo::engine(config);
+        Self::with_engine(ringrpc::demo::engine(config))
+    }
+
+    /// A harness around any engine.
+    #[allow(dead_code)] // not every test binary uses it
+    pub fn with_engine(engine: Engine) -> Self {
         let scratch = engine.scratch();
         Self { engine, scratch }
     }
 
-    /// Runs `input` (copied: `handle` parses in place) as one frame; returns the outcome
-    /// and the reply bytes.
+    /// Runs `input` as one frame; returns the outcome and the reply bytes. Also checks
+    /// that the frame is left untouched.
     pub fn handle(&mut self, input: &[u8]) -> (Outcome, Vec<u8>) {
-        let mut frame = input.to_vec();
+        let frame = input.to_vec();
         let mut out = Vec::new();
-        let outcome = self.engine.handle(&mut frame, &mut self.scratch, &mut out);
+        let outcome = self.engine.handle(&frame, &mut self.scratch, &mut out);
+        assert_eq!(frame, input, "handle modified the frame");
         (outcome, out)
     }
 
