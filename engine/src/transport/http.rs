@@ -1,0 +1,2373 @@
+//! JSON-RPC over HTTP/1.1: a server-side codec with no I/O, driven by an event loop.
+//!
+//! [`HttpDecoder::decode`] turns the front of a connection's read buffer into
+//! [`HttpEvent`]s; the `write_*` functions append responses to the caller's reused output
+//! buffer. Neither allocates per request once the buffers have grown.
+//!
+//! ```text
+//!  read buffer (BytesMut)
+//!  ┌───────────────────────┬────────────────────┬───────────────
+//!  │ head: httparse reads  │ body: split_to     │ next pipelined
+//!  │ it in place, then it  │ (O(1), no copy) ──▶│ request …
+//!  │ is advanced past      │ HttpEvent::Rpc     │
+//!  └───────────────────────┴────────────────────┴───────────────
+//!
+//!  chunked body, de-chunked in place:   [size\r\n][data][\r\n][size;ext\r\n][data]…
+//!                                          dropped   stays    moved down once (copy_within)
+//!
+//!  out (Vec<u8>):  … previous responses │ head │ JSON body written by the engine │
+//!                                        ▲ begin_json_response reserves room here;
+//!                                          finish_json_response fills it and slides the
+//!                                          body down over the unused part (one memmove)
+//! ```
+//!
+//! # Protocol decisions
+//!
+//! - **Routes.** `POST` to [`HttpLimits::path`] is JSON-RPC; `GET /health` is the health
+//!   check. The path is compared byte for byte, query string excluded; an absolute-form
+//!   target (`http://host/path`) is reduced to its path. Any other path is 404; another
+//!   method on a known path is 405 with `Allow`.
+//! - **Content-Type.** `application/json`, case-insensitive, with any parameters
+//!   (`; charset=utf-8`). A request *without* Content-Type is accepted: many hand-written
+//!   and minimal clients omit it, and the body is parsed as JSON either way. Anything
+//!   else is 415.
+//! - **Body framing** (RFC 9112 §6). `Content-Length` (also a list of identical values,
+//!   or repeated identical headers) or `Transfer-Encoding: chunked`. Both at once is 400
+//!   (request smuggling); differing lengths are 400; a `Transfer-Encoding` whose final
+//!   coding is not `chunked` (or that names `chunked` twice) is 400, since the body's
+//!   length cannot be known; `chunked` after another coding (`gzip, chunked`) is 501
+//!   Not Implemented, as RFC 9112 §6.1 says for codings the server does not understand;
+//!   any `Transfer-Encoding` in an HTTP/1.0 request is 400. A POST with neither header
+//!   is 411.
+//! - **Chunked bodies** are de-chunked in place in the read buffer: the first chunk's
+//!   data never moves (the framing before it is dropped with an O(1) advance), later
+//!   chunks' data is moved down once with `copy_within`. Chunk lines must end in CRLF;
+//!   extensions are allowed and ignored; sizes are hex with overflow checked; trailers
+//!   are read and ignored, up to `max_head_bytes` in all.
+//! - **Line endings in the head** are CRLF or bare LF, as httparse accepts; in chunked
+//!   framing only CRLF is accepted (bare LF there is a known smuggling vector).
+//! - **Host.** An HTTP/1.1 request must carry exactly one `Host` (RFC 9112 §3.2), else 400.
+//! - **Keep-alive.** HTTP/1.1 stays open unless `Connection: close`; HTTP/1.0 closes
+//!   unless `Connection: keep-alive`. After a request that closes, later bytes are ignored.
+//! - **Expect: 100-continue** (HTTP/1.1 only; other expectations are ignored): once the
+//!   head is accepted, [`HttpEvent::Continue`] is emitted before the body — even if the
+//!   body has already arrived, so the events do not depend on how the stream was split.
+//!   A refused head gets its error status without 100, and the connection closes (the
+//!   client may or may not send the body).
+//! - **Errors.** Every refusal is an [`HttpEvent::Reject`] carrying an [`HttpError`]. When
+//!   the refused request's body can be skipped safely (a `Content-Length` within
+//!   `max_body_bytes`, no 100-continue pending), it is discarded as it arrives and the
+//!   connection stays usable; otherwise `close` is set.
+//!
+//! # The security bound
+//!
+//! The decoder never holds more than `max_head_bytes` of an unfinished head (a longer one
+//! is 431 as soon as the excess arrives), never more than `max_body_bytes` of body (a
+//! longer `Content-Length` is 413 before any body byte is read; a chunked body is 413
+//! as soon as a chunk size would pass the limit), and at most one chunk line
+//! (`MAX_CHUNK_LINE`) or `max_head_bytes` of trailers beyond that while de-chunking.
+
+// The mio server is written against this module; until it is wired in, only the tests
+// use it.
+#![cfg_attr(not(test), allow(dead_code))]
+
+use std::borrow::Cow;
+use std::mem::MaybeUninit;
+
+use bytes::{Buf, BytesMut};
+
+use crate::config::defaults::{DEFAULT_MAX_HEAD_BYTES, DEFAULT_MAX_REQUEST_BYTES};
+use crate::config::Config;
+
+/// Default [`HttpLimits::max_headers`]: 64.
+pub(crate) const DEFAULT_MAX_HEADERS: usize = 64;
+/// The largest [`HttpLimits::max_headers`] honoured: the header slots live, uninitialised
+/// and so free, on the stack (32 bytes each).
+pub(crate) const MAX_HEADERS_CEILING: usize = 256;
+/// The path of the health check, `GET` only.
+pub(crate) const HEALTH_PATH: &str = "/health";
+/// The longest chunk-size line accepted (hex size, extensions and CRLF), in bytes.
+pub(crate) const MAX_CHUNK_LINE: usize = 4096;
+/// The longest `X-Trace-Id` value kept, in bytes; longer values are ignored rather than
+/// truncated (a truncated id would correlate with the wrong trace).
+pub(crate) const TRACE_ID_MAX: usize = 64;
+
+/// The HTTP transport's limits and route.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct HttpLimits {
+    /// The path JSON-RPC requests are POSTed to (default `/`).
+    pub(crate) path: Cow<'static, str>,
+    /// The largest request head, request line to the empty line inclusive (default
+    /// 8 KiB, `DEFAULT_MAX_HEAD_BYTES`); a larger head is 431. Also bounds a chunked body's
+    /// trailer section.
+    pub(crate) max_head_bytes: usize,
+    /// The largest body, after de-chunking (default: [`Config`]'s `max_request_bytes`);
+    /// a larger one is 413.
+    pub(crate) max_body_bytes: usize,
+    /// The most header fields accepted (default [`DEFAULT_MAX_HEADERS`], at most
+    /// [`MAX_HEADERS_CEILING`]); more is 431.
+    pub(crate) max_headers: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            path: Cow::Borrowed("/"),
+            max_head_bytes: DEFAULT_MAX_HEAD_BYTES,
+            max_body_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            max_headers: DEFAULT_MAX_HEADERS,
+        }
+    }
+}
+
+impl HttpLimits {
+    /// The limits a [`Config`] sets: its `http_path`, `max_head_bytes` and
+    /// `max_request_bytes` (as `max_body_bytes`); `max_headers` keeps its default.
+    pub(crate) fn from_config(config: &Config) -> Self {
+        Self {
+            path: Cow::Owned(config.http_path.clone()),
+            max_head_bytes: config.max_head_bytes,
+            max_body_bytes: config.request_limit(),
+            max_headers: DEFAULT_MAX_HEADERS,
+        }
+    }
+}
+
+/// An `X-Trace-Id` value, held inline (no allocation): 1 to [`TRACE_ID_MAX`] visible
+/// ASCII characters.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct TraceId {
+    len: u8,
+    /// Invariant: `bytes[..len]` is visible ASCII (`0x21..=0x7e`), so valid UTF-8.
+    bytes: [u8; TRACE_ID_MAX],
+}
+
+impl TraceId {
+    /// The id, or `None` if `value` is empty, too long or not visible ASCII.
+    fn parse(value: &[u8]) -> Option<Self> {
+        let len = u8::try_from(value.len()).ok()?;
+        if value.is_empty() || value.len() > TRACE_ID_MAX || !value.iter().all(u8::is_ascii_graphic)
+        {
+            return None;
+        }
+        let mut bytes = [0; TRACE_ID_MAX];
+        bytes[..value.len()].copy_from_slice(value);
+        Some(Self { len, bytes })
+    }
+
+    /// The id's bytes.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+
+    /// The id as text.
+    pub(crate) fn as_str(&self) -> &str {
+        // Never fails: the bytes are ASCII (see the field's invariant).
+        std::str::from_utf8(self.as_bytes()).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for TraceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("TraceId").field(&self.as_str()).finish()
+    }
+}
+
+/// Why a request was refused. Small and `Copy`; [`HttpError::status`] is the status to
+/// answer with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum HttpError {
+    /// 400: httparse rejected the request line or a header.
+    #[error("malformed request head: {0}")]
+    Malformed(httparse::Error),
+    /// 505: a well-formed `HTTP/x.y` version other than 1.0 and 1.1.
+    #[error("HTTP version not supported")]
+    Version,
+    /// 400: an HTTP/1.1 request without exactly one `Host`, or several in HTTP/1.0.
+    #[error("request needs exactly one Host header")]
+    Host,
+    /// 400: a `Content-Length` that is not a decimal number of at most 64 bits.
+    #[error("invalid Content-Length")]
+    ContentLength,
+    /// 400: `Content-Length` values that differ.
+    #[error("conflicting Content-Length values")]
+    ConflictingLengths,
+    /// 400: both `Content-Length` and `Transfer-Encoding`.
+    #[error("both Content-Length and Transfer-Encoding")]
+    LengthAndChunked,
+    /// 400: `Transfer-Encoding` whose final coding is not `chunked`, or `chunked` twice.
+    #[error("Transfer-Encoding does not end in a single chunked")]
+    NotChunked,
+    /// 400: `Transfer-Encoding` in an HTTP/1.0 request.
+    #[error("Transfer-Encoding in an HTTP/1.0 request")]
+    ChunkedHttp10,
+    /// 501: a transfer coding other than `chunked` (such as `gzip, chunked`).
+    #[error("unsupported transfer coding")]
+    TransferCoding,
+    /// 400: bad chunked framing (size, extension, or a missing CRLF).
+    #[error("malformed chunked body")]
+    Chunk,
+    /// 404: neither the JSON-RPC path nor the health check.
+    #[error("no such path")]
+    NotFound,
+    /// 405: the path exists but not for this method.
+    #[error("method not allowed (allowed: {allow})")]
+    Method {
+        /// The `Allow` header's value.
+        allow: &'static str,
+    },
+    /// 411: a POST with neither `Content-Length` nor `Transfer-Encoding`.
+    #[error("POST without Content-Length or Transfer-Encoding")]
+    LengthRequired,
+    /// 413: the body is longer than `max_body_bytes`.
+    #[error("request body exceeds max_body_bytes")]
+    BodyTooLarge,
+    /// 415: a Content-Type other than `application/json`.
+    #[error("Content-Type is not application/json")]
+    MediaType,
+    /// 431: the head is longer than `max_head_bytes`.
+    #[error("request head exceeds max_head_bytes")]
+    HeadTooLarge,
+    /// 431: more than `max_headers` header fields.
+    #[error("more than max_headers header fields")]
+    TooManyHeaders,
+    /// 431: a chunked body's trailer section is longer than `max_head_bytes`.
+    #[error("chunked trailer section exceeds max_head_bytes")]
+    TrailersTooLarge,
+}
+
+impl HttpError {
+    /// The HTTP status to answer with.
+    pub(crate) const fn status(self) -> u16 {
+        match self {
+            Self::Malformed(_)
+            | Self::Host
+            | Self::ContentLength
+            | Self::ConflictingLengths
+            | Self::LengthAndChunked
+            | Self::NotChunked
+            | Self::ChunkedHttp10
+            | Self::Chunk => 400,
+            Self::NotFound => 404,
+            Self::Method { .. } => 405,
+            Self::LengthRequired => 411,
+            Self::BodyTooLarge => 413,
+            Self::MediaType => 415,
+            Self::HeadTooLarge | Self::TooManyHeaders | Self::TrailersTooLarge => 431,
+            Self::TransferCoding => 501,
+            Self::Version => 505,
+        }
+    }
+
+    /// The `Allow` header a 405 must carry.
+    pub(crate) const fn allow(self) -> Option<&'static str> {
+        match self {
+            Self::Method { allow } => Some(allow),
+            _ => None,
+        }
+    }
+}
+
+/// What the front of the read buffer held.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum HttpEvent {
+    /// A complete JSON-RPC POST.
+    Rpc {
+        /// The body: split off the read buffer without copying (`Content-Length`), or
+        /// de-chunked in place in it (chunked). Dropping it lets the buffer reuse the space.
+        body: BytesMut,
+        /// Whether to keep the connection open after answering (HTTP/1.1 unless
+        /// `Connection: close`; HTTP/1.0 only with `Connection: keep-alive`). If false,
+        /// the decoder ignores anything after this request.
+        keep_alive: bool,
+        /// The `X-Trace-Id` header, if present and at most [`TRACE_ID_MAX`] visible ASCII
+        /// characters (the first such, if repeated).
+        trace_id: Option<TraceId>,
+    },
+    /// `GET /health`: answer with [`write_health`].
+    Health {
+        /// As for [`HttpEvent::Rpc`]; also false when the request had a body that cannot
+        /// be skipped safely.
+        keep_alive: bool,
+    },
+    /// The client sent `Expect: 100-continue` and the head is acceptable: write
+    /// [`write_continue`] now; the body follows, and then [`HttpEvent::Rpc`]. Emitted
+    /// at most once per request.
+    Continue,
+    /// Not a JSON-RPC request: answer with [`write_status`]`(out, status, !close, allow)`.
+    Reject {
+        /// The status to answer with (`error.status()`).
+        status: u16,
+        /// Close the connection after answering. If false, the request's body is being
+        /// skipped and the next request will be decoded.
+        close: bool,
+        /// The `Allow` header for a 405 (`error.allow()`).
+        allow: Option<&'static str>,
+        /// Why, for logs.
+        error: HttpError,
+    },
+}
+
+/// Decodes HTTP/1.1 requests off the front of a connection's read buffer.
+///
+/// One per connection. See the [module docs](self) for the protocol decisions and the
+/// memory bound.
+#[derive(Debug)]
+pub(crate) struct HttpDecoder {
+    limits: HttpLimits,
+    state: State,
+    /// httparse calls so far, for the test that heads are not re-parsed per read.
+    #[cfg(test)]
+    parses: usize,
+}
+
+#[derive(Debug)]
+enum State {
+    /// Waiting for a request head at the front of the buffer.
+    Head {
+        /// Bytes at the front already searched for the empty line that ends the head
+        /// (none found there). Always `<= max_head_bytes`.
+        scanned: usize,
+        /// httparse has been tried on this head already. It is tried once on whatever
+        /// is there at first (usually the whole head: one parse, no scan); after that
+        /// only once the end has been found, so a slow head costs O(n), not O(n²).
+        attempted: bool,
+    },
+    /// A `Content-Length` body of `len` (`<= max_body_bytes`) bytes.
+    Body { len: usize, meta: RpcMeta },
+    /// A chunked body.
+    Chunked(Chunked),
+    /// Discarding `left` bytes of a refused request's body.
+    Skip { left: usize },
+    /// The connection is finishing: everything that arrives is dropped.
+    Closed,
+}
+
+impl State {
+    const HEAD: Self = Self::Head {
+        scanned: 0,
+        attempted: false,
+    };
+}
+
+/// What an accepted JSON-RPC request carries from its head to its [`HttpEvent::Rpc`].
+#[derive(Clone, Copy, Debug)]
+struct RpcMeta {
+    keep_alive: bool,
+    trace_id: Option<TraceId>,
+}
+
+/// How a request's body is delimited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Framing {
+    /// Neither `Content-Length` nor `Transfer-Encoding`: no body.
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// What to do with a request, decided from its head alone.
+#[derive(Debug)]
+enum Plan {
+    Rpc {
+        body: Framing,
+        expect: bool,
+        meta: RpcMeta,
+    },
+    Health {
+        body: Framing,
+        expect: bool,
+        keep_alive: bool,
+    },
+    Refuse {
+        error: HttpError,
+        body: Framing,
+        expect: bool,
+        keep_alive: bool,
+    },
+}
+
+enum Step {
+    Event(HttpEvent),
+    NeedMore,
+    /// The state changed; go on decoding.
+    Next,
+}
+
+impl HttpDecoder {
+    /// A decoder enforcing `limits`.
+    pub(crate) fn new(limits: HttpLimits) -> Self {
+        Self {
+            limits,
+            state: State::HEAD,
+            #[cfg(test)]
+            parses: 0,
+        }
+    }
+
+    /// The limits in force.
+    pub(crate) fn limits(&self) -> &HttpLimits {
+        &self.limits
+    }
+
+    /// True between requests: no part of a request has been consumed (bytes of the next
+    /// head may still be waiting in the buffer). An idle-timeout can close silently
+    /// when this holds and the buffer is empty, and answer 408 otherwise.
+    pub(crate) fn is_idle(&self) -> bool {
+        matches!(
+            self.state,
+            State::Head {
+                scanned: 0,
+                attempted: false
+            }
+        )
+    }
+
+    /// True once a request or refusal has said the connection closes: the caller writes
+    /// the last response and closes; the decoder drops anything more that arrives.
+    pub(crate) fn is_closed(&self) -> bool {
+        matches!(self.state, State::Closed)
+    }
+
+    /// The next event from the front of `buf`, or `None` when more bytes are needed.
+    ///
+    /// After an event call again: a pipelined request may already be in `buf`. Consumed
+    /// bytes are removed from `buf`'s front (bodies with `split_to`, O(1)); unfinished
+    /// ones stay for the next call.
+    ///
+    /// Cost: O(new bytes) per call — one httparse parse per head in the usual case where
+    /// the head arrives whole, a `memchr` scan otherwise; no heap allocation.
+    #[must_use]
+    pub(crate) fn decode(&mut self, buf: &mut BytesMut) -> Option<HttpEvent> {
+        loop {
+            let step = match &mut self.state {
+                State::Head { scanned, attempted } => {
+                    let (scanned, attempted) = (*scanned, *attempted);
+                    self.head(buf, scanned, attempted)
+                }
+                State::Body { len, meta } => {
+                    if buf.len() < *len {
+                        return None;
+                    }
+                    let meta = *meta;
+                    let body = buf.split_to(*len);
+                    Step::Event(self.rpc(body, meta))
+                }
+                State::Chunked(chunked) => {
+                    let max_head = self.limits.max_head_bytes;
+                    match chunked.run(buf, self.limits.max_body_bytes, max_head) {
+                        Ok(None) => Step::NeedMore,
+                        Ok(Some(len)) => {
+                            let meta = chunked.meta;
+                            let gap = chunked.pos - len;
+                            let body = buf.split_to(len);
+                            buf.advance(gap);
+                            Step::Event(self.rpc(body, meta))
+                        }
+                        Err(e) => Step::Event(self.refuse_and_close(buf, e)),
+                    }
+                }
+                State::Skip { left } => {
+                    let n = (*left).min(buf.len());
+                    buf.advance(n);
+                    *left -= n;
+                    if *left > 0 {
+                        return None;
+                    }
+                    self.state = State::HEAD;
+                    Step::Next
+                }
+                State::Closed => {
+                    buf.clear();
+                    Step::NeedMore
+                }
+            };
+            match step {
+                Step::Event(e) => return Some(e),
+                Step::NeedMore => return None,
+                Step::Next => {}
+            }
+        }
+    }
+
+    fn rpc(&mut self, body: BytesMut, meta: RpcMeta) -> HttpEvent {
+        self.state = if meta.keep_alive {
+            State::HEAD
+        } else {
+            State::Closed
+        };
+        HttpEvent::Rpc {
+            body,
+            keep_alive: meta.keep_alive,
+            trace_id: meta.trace_id,
+        }
+    }
+
+    #[cold]
+    fn refuse_and_close(&mut self, buf: &mut BytesMut, error: HttpError) -> HttpEvent {
+        self.state = State::Closed;
+        buf.clear();
+        HttpEvent::Reject {
+            status: error.status(),
+            close: true,
+            allow: error.allow(),
+            error,
+        }
+    }
+
+    fn head(&mut self, buf: &mut BytesMut, scanned: usize, attempted: bool) -> Step {
+        if scanned == 0 {
+            // RFC 9112 §2.2: ignore empty lines before the request line (some clients
+            // send a CRLF after a POST body).
+            loop {
+                match buf.first() {
+                    Some(b'\n') => buf.advance(1),
+                    Some(b'\r') => match buf.get(1) {
+                        Some(b'\n') => buf.advance(2),
+                        Some(_) => break,
+                        None => return Step::NeedMore,
+                    },
+                    _ => break,
+                }
+            }
+        }
+        if buf.is_empty() {
+            return Step::NeedMore;
+        }
+        let max_head = self.limits.max_head_bytes;
+        let window = buf.len().min(max_head);
+        if !attempted {
+            // The fast path: the whole head arrived in one read.
+            if let Some(step) = self.parse_head(buf, window, false) {
+                return step;
+            }
+        }
+        match find_head_end(&buf[..window], scanned) {
+            Ok(end) => match self.parse_head(buf, end, true) {
+                Some(step) => step,
+                None => Step::Event(
+                    self.refuse_and_close(buf, HttpError::Malformed(httparse::Error::NewLine)),
+                ),
+            },
+            Err(scanned) => {
+                if buf.len() > max_head {
+                    return Step::Event(self.refuse_and_close(buf, HttpError::HeadTooLarge));
+                }
+                self.state = State::Head {
+                    scanned,
+                    attempted: true,
+                };
+                Step::NeedMore
+            }
+        }
+    }
+
+    /// Parses `buf[..end]`. With `complete` false (the first try, end of head not yet
+    /// known), anything but a complete head returns `None` and is decided later, once
+    /// the head's end is found, so that the outcome does not depend on how the stream
+    /// was split.
+    fn parse_head(&mut self, buf: &mut BytesMut, end: usize, complete: bool) -> Option<Step> {
+        let mut slots = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS_CEILING];
+        let slots = &mut slots[..self.limits.max_headers.min(MAX_HEADERS_CEILING)];
+        let mut req = httparse::Request::new(&mut []);
+        let parsed = req.parse_with_uninit_headers(&buf[..end], slots);
+        #[cfg(test)]
+        {
+            self.parses += 1;
+        }
+        let plan = match parsed {
+            Ok(httparse::Status::Complete(len)) => {
+                let plan = self.plan(&req);
+                buf.advance(len);
+                plan
+            }
+            _ if !complete => {
+                self.state = State::Head {
+                    scanned: 0,
+                    attempted: true,
+                };
+                return None;
+            }
+            Ok(httparse::Status::Partial) => return None,
+            Err(httparse::Error::TooManyHeaders) => Err(HttpError::TooManyHeaders),
+            Err(httparse::Error::Version) if looks_like_http_version(&buf[..end]) => {
+                Err(HttpError::Version)
+            }
+            Err(e) => Err(HttpError::Malformed(e)),
+        };
+        self.state = State::HEAD;
+        Some(match plan {
+            Ok(plan) => self.start(buf, plan),
+            Err(e) => Step::Event(self.refuse_and_close(buf, e)),
+        })
+    }
+
+    /// Reads the head's fields and decides what to do with the request.
+    fn plan(&self, req: &httparse::Request<'_, '_>) -> Result<Plan, HttpError> {
+        let http11 = match req.version {
+            Some(1) => true,
+            Some(0) => false,
+            _ => return Err(HttpError::Version),
+        };
+        let mut f = Fields::default();
+        for header in req.headers.iter() {
+            f.add(header.name.as_bytes(), trim(header.value))?;
+        }
+        if f.hosts > 1 || (http11 && f.hosts == 0) {
+            return Err(HttpError::Host);
+        }
+        let body = if f.te {
+            if f.length.is_some() {
+                return Err(HttpError::LengthAndChunked);
+            }
+            if !http11 {
+                return Err(HttpError::ChunkedHttp10);
+            }
+            if !f.te_chunked_last || f.te_chunked > 1 {
+                return Err(HttpError::NotChunked);
+            }
+            if f.te_other {
+                return Err(HttpError::TransferCoding);
+            }
+            Framing::Chunked
+        } else {
+            match f.length {
+                Some(n) => Framing::Length(n),
+                None => Framing::None,
+            }
+        };
+        let keep_alive = !f.close && (http11 || f.keep_alive);
+        // RFC 9110 §10.1.1: a 100-continue expectation in HTTP/1.0 is ignored.
+        let expect = http11 && f.expect;
+
+        let method = req.method.unwrap_or_default();
+        let path = request_path(req.path.unwrap_or_default());
+        let is_rpc = path == self.limits.path;
+        let is_health = path == HEALTH_PATH;
+        if is_rpc && method == "POST" {
+            let error = match body {
+                Framing::None => Some(HttpError::LengthRequired),
+                Framing::Length(n) if n > self.limits.max_body_bytes as u64 => {
+                    Some(HttpError::BodyTooLarge)
+                }
+                _ if f.not_json => Some(HttpError::MediaType),
+                _ => None,
+            };
+            return Ok(match error {
+                None => Plan::Rpc {
+                    body,
+                    expect,
+                    meta: RpcMeta {
+                        keep_alive,
+                        trace_id: f.trace_id,
+                    },
+                },
+                Some(error) => Plan::Refuse {
+                    error,
+                    body,
+                    expect,
+                    keep_alive,
+                },
+            });
+        }
+        if is_health && method == "GET" {
+            return Ok(Plan::Health {
+                body,
+                expect,
+                keep_alive,
+            });
+        }
+        let error = match (is_rpc, is_health) {
+            (true, true) => HttpError::Method { allow: "GET, POST" },
+            (true, false) => HttpError::Method { allow: "POST" },
+            (false, true) => HttpError::Method { allow: "GET" },
+            (false, false) => HttpError::NotFound,
+        };
+        Ok(Plan::Refuse {
+            error,
+            body,
+            expect,
+            keep_alive,
+        })
+    }
+
+    /// Sets the state for the request's body and returns what to tell the caller now.
+    fn start(&mut self, buf: &mut BytesMut, plan: Plan) -> Step {
+        match plan {
+            Plan::Rpc { body, expect, meta } => {
+                self.state = match body {
+                    Framing::Chunked => State::Chunked(Chunked::new(meta)),
+                    // `plan` checked the length against `max_body_bytes`, a usize.
+                    Framing::Length(n) => State::Body {
+                        len: usize::try_from(n).unwrap_or(usize::MAX),
+                        meta,
+                    },
+                    Framing::None => State::Body { len: 0, meta },
+                };
+                if expect && !matches!(body, Framing::Length(0) | Framing::None) {
+                    Step::Event(HttpEvent::Continue)
+                } else {
+                    Step::Next
+                }
+            }
+            Plan::Health {
+                body,
+                expect,
+                keep_alive,
+            } => {
+                let keep_alive = keep_alive && self.skip_body(body, expect);
+                if !keep_alive {
+                    self.state = State::Closed;
+                }
+                Step::Event(HttpEvent::Health { keep_alive })
+            }
+            Plan::Refuse {
+                error,
+                body,
+                expect,
+                keep_alive,
+            } => {
+                if keep_alive && self.skip_body(body, expect) {
+                    Step::Event(HttpEvent::Reject {
+                        status: error.status(),
+                        close: false,
+                        allow: error.allow(),
+                        error,
+                    })
+                } else {
+                    Step::Event(self.refuse_and_close(buf, error))
+                }
+            }
+        }
+    }
+
+    /// Arranges to discard a body the caller does not want, if that is safe: a known
+    /// length within `max_body_bytes` and no 100-continue outstanding (the client may
+    /// or may not send a body it was not invited to send).
+    fn skip_body(&mut self, body: Framing, expect: bool) -> bool {
+        match body {
+            Framing::None | Framing::Length(0) => {
+                self.state = State::HEAD;
+                true
+            }
+            Framing::Length(n) if !expect && n <= self.limits.max_body_bytes as u64 => {
+                self.state = State::Skip {
+                    left: usize::try_from(n).unwrap_or(usize::MAX),
+                };
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The head's fields that matter, gathered in one pass.
+#[derive(Default)]
+struct Fields {
+    hosts: u8,
+    length: Option<u64>,
+    te: bool,
+    te_chunked: u8,
+    te_chunked_last: bool,
+    te_other: bool,
+    close: bool,
+    keep_alive: bool,
+    /// A Content-Type other than `application/json` was seen.
+    not_json: bool,
+    expect: bool,
+    trace_id: Option<TraceId>,
+}
+
+impl Fields {
+    fn add(&mut self, name: &[u8], value: &[u8]) -> Result<(), HttpError> {
+        let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+        match name.len() {
+            4 if is(b"host") => self.hosts = self.hosts.saturating_add(1),
+            6 if is(b"expect") => self.expect |= value.eq_ignore_ascii_case(b"100-continue"),
+            10 if is(b"connection") => {
+                for token in list(value) {
+                    self.close |= token.eq_ignore_ascii_case(b"close");
+                    self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+                }
+            }
+            10 if is(b"x-trace-id") && self.trace_id.is_none() => {
+                self.trace_id = TraceId::parse(value);
+            }
+            12 if is(b"content-type") => self.not_json |= !is_json(value),
+            14 if is(b"content-length") => {
+                // RFC 9110 §8.6: a list of identical values may be accepted as one.
+                for element in value.split(|&b| b == b',') {
+                    let n = parse_length(trim(element))?;
+                    match self.length {
+                        Some(m) if m != n => return Err(HttpError::ConflictingLengths),
+                        _ => self.length = Some(n),
+                    }
+                }
+            }
+            17 if is(b"transfer-encoding") => {
+                self.te = true;
+                for coding in list(value) {
+                    if coding.eq_ignore_ascii_case(b"chunked") {
+                        self.te_chunked = self.te_chunked.saturating_add(1);
+                        self.te_chunked_last = true;
+                    } else {
+                        self.te_other = true;
+                        self.te_chunked_last = false;
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// Where the head ends: the index just past the first empty line (`\n\n` or `\n\r\n`)
+/// in `head`, searching the `\n`s from `from` on. `Err(n)`: no end in `head`, and the
+/// next search may start at `n`. The request line cannot be empty (leading empty lines
+/// were dropped), so an empty line here always ends the head.
+fn find_head_end(head: &[u8], from: usize) -> Result<usize, usize> {
+    let mut at = from;
+    while let Some(i) = head.get(at..).and_then(|rest| memchr::memchr(b'\n', rest)) {
+        let lf = at + i;
+        let before = lf.checked_sub(1).and_then(|j| head.get(j));
+        let two_before = lf.checked_sub(2).and_then(|j| head.get(j));
+        if before == Some(&b'\n') || (before == Some(&b'\r') && two_before == Some(&b'\n')) {
+            return Ok(lf + 1);
+        }
+        at = lf + 1;
+    }
+    Err(head.len())
+}
+
+/// Whether httparse's version error is a well-formed request line with a real
+/// `HTTP/d.d` version (505) rather than garbage (400).
+fn looks_like_http_version(head: &[u8]) -> bool {
+    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let mut parts = line.split(|&b| b == b' ');
+    let (Some(_method), Some(_target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    matches!(version, [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
+        if major.is_ascii_digit() && minor.is_ascii_digit())
+}
+
+/// The path part of a request target: the query string dropped, an absolute-form
+/// target (`http://host/p`) reduced to its path.
+fn request_path(target: &str) -> &str {
+    let scheme = |prefix: &str| {
+        target
+            .as_bytes()
+            .get(..prefix.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(prefix.as_bytes()))
+    };
+    let authority = if scheme("http://") {
+        target.get(7..)
+    } else if scheme("https://") {
+        target.get(8..)
+    } else {
+        None
+    };
+    let target = match authority {
+        Some(rest) => rest.find('/').map_or("/", |i| &rest[i..]),
+        None => target,
+    };
+    target.split('?').next().unwrap_or(target)
+}
+
+/// `application/json`, any case, with any parameters.
+fn is_json(value: &[u8]) -> bool {
+    let media_type = value.split(|&b| b == b';').next().unwrap_or_default();
+    trim(media_type).eq_ignore_ascii_case(b"application/json")
+}
+
+/// `1*DIGIT` as a u64, or [`HttpError::ContentLength`].
+fn parse_length(digits: &[u8]) -> Result<u64, HttpError> {
+    if digits.is_empty() {
+        return Err(HttpError::ContentLength);
+    }
+    digits.iter().try_fold(0u64, |n, &b| {
+        if !b.is_ascii_digit() {
+            return Err(HttpError::ContentLength);
+        }
+        n.checked_mul(10)
+            .and_then(|n| n.checked_add(u64::from(b - b'0')))
+            .ok_or(HttpError::ContentLength)
+    })
+}
+
+/// The non-empty, trimmed elements of a comma-separated field value.
+fn list(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|&b| b == b',')
+        .map(trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// `value` without leading and trailing spaces and tabs (OWS).
+fn trim(value: &[u8]) -> &[u8] {
+    let is_ows = |b: &u8| *b == b' ' || *b == b'\t';
+    let start = value.iter().position(|b| !is_ows(b)).unwrap_or(value.len());
+    let end = value
+        .iter()
+        .rposition(|b| !is_ows(b))
+        .map_or(start, |i| i + 1);
+    &value[start..end]
+}
+
+/// De-chunking state. The body is gathered in place at the front of the read buffer:
+///
+/// ```text
+///  buf: [ de-chunked body: ..out ][ consumed framing: out..pos ][ unread: pos.. ]
+/// ```
+///
+/// While `out` is 0, consumed framing is dropped with `advance` (O(1)), so the first
+/// chunk's data never moves; after that, each later chunk's data is moved down to `out`
+/// once as it arrives. Between calls the consumed framing is squeezed out whenever it
+/// is at least as long as the unread tail, so it never holds more than one line.
+#[derive(Debug)]
+struct Chunked {
+    phase: Phase,
+    /// Invariant: `out <= pos <= buf.len()`.
+    out: usize,
+    pos: usize,
+    /// Bytes of the line starting at `pos` already searched for `\n`.
+    scanned: usize,
+    /// Trailer-section bytes so far.
+    trailers: usize,
+    meta: RpcMeta,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Phase {
+    /// A chunk-size line.
+    Size,
+    /// `left` more bytes of chunk data.
+    Data { left: usize },
+    /// The CRLF after chunk data.
+    DataEnd,
+    /// Trailer lines, up to an empty one.
+    Trailers,
+}
+
+impl Chunked {
+    fn new(meta: RpcMeta) -> Self {
+        Self {
+            phase: Phase::Size,
+            out: 0,
+            pos: 0,
+            scanned: 0,
+            trailers: 0,
+            meta,
+        }
+    }
+
+    /// Advances through what `buf` holds. `Ok(Some(len))` when the body is complete:
+    /// it is `buf[..len]`, and the framing up to `self.pos` follows it.
+    fn run(
+        &mut self,
+        buf: &mut BytesMut,
+        max_body: usize,
+        max_trailers: usize,
+    ) -> Result<Option<usize>, HttpError> {
+        loop {
+            match self.phase {
+                Phase::Size => {
+                    let Some(cr) = self.line(buf, MAX_CHUNK_LINE, HttpError::Chunk)? else {
+                        break;
+                    };
+                    let size = chunk_size(&buf[self.pos..cr], max_body - self.out)?;
+                    self.pos = cr + 2;
+                    self.phase = match size {
+                        0 => Phase::Trailers,
+                        left => Phase::Data { left },
+                    };
+                }
+                Phase::Data { left } => {
+                    let n = left.min(buf.len() - self.pos);
+                    if n == 0 {
+                        break;
+                    }
+                    if self.out == 0 {
+                        buf.advance(self.pos);
+                        self.pos = 0;
+                    } else if self.out != self.pos {
+                        buf.copy_within(self.pos..self.pos + n, self.out);
+                    }
+                    self.out += n;
+                    self.pos += n;
+                    self.phase = match left - n {
+                        0 => Phase::DataEnd,
+                        left => Phase::Data { left },
+                    };
+                }
+                Phase::DataEnd => {
+                    let Some(crlf) = buf.get(self.pos..self.pos + 2) else {
+                        break;
+                    };
+                    if crlf != b"\r\n" {
+                        return Err(HttpError::Chunk);
+                    }
+                    self.pos += 2;
+                    self.phase = Phase::Size;
+                }
+                Phase::Trailers => {
+                    let budget = max_trailers.saturating_sub(self.trailers);
+                    let Some(cr) = self.line(buf, budget, HttpError::TrailersTooLarge)? else {
+                        break;
+                    };
+                    let empty = cr == self.pos;
+                    self.trailers += cr + 2 - self.pos;
+                    self.pos = cr + 2;
+                    if empty {
+                        return Ok(Some(self.out));
+                    }
+                }
+            }
+        }
+        self.compact(buf);
+        Ok(None)
+    }
+
+    /// Finds the CRLF ending the line at `pos`: `Ok(Some(index of its \r))`, `Ok(None)`
+    /// if it has not all arrived. A line (CRLF included) longer than `limit`, a bare LF
+    /// or a bare CR is an error.
+    fn line(
+        &mut self,
+        buf: &[u8],
+        limit: usize,
+        too_long: HttpError,
+    ) -> Result<Option<usize>, HttpError> {
+        let from = self.pos + self.scanned;
+        let Some(i) = buf.get(from..).and_then(|rest| memchr::memchr(b'\n', rest)) else {
+            self.scanned = buf.len() - self.pos;
+            // Even if the next byte were the `\n`, the line would be over the limit.
+            return if self.scanned >= limit {
+                Err(too_long)
+            } else {
+                Ok(None)
+            };
+        };
+        let lf = from + i;
+        self.scanned = 0;
+        if lf + 1 - self.pos > limit {
+            return Err(too_long);
+        }
+        let cr = match lf.checked_sub(1) {
+            Some(cr) if cr >= self.pos && buf.get(cr) == Some(&b'\r') => cr,
+            _ => return Err(HttpError::Chunk),
+        };
+        if memchr::memchr(b'\r', &buf[self.pos..cr]).is_some() {
+            return Err(HttpError::Chunk);
+        }
+        Ok(Some(cr))
+    }
+
+    /// Drops consumed framing so the buffer holds the body, at most one line of framing
+    /// and the unread tail.
+    fn compact(&mut self, buf: &mut BytesMut) {
+        let gap = self.pos - self.out;
+        if gap == 0 {
+            return;
+        }
+        if self.out == 0 {
+            buf.advance(gap);
+            self.pos = 0;
+            return;
+        }
+        let tail = buf.len() - self.pos;
+        if gap >= tail {
+            buf.copy_within(self.pos.., self.out);
+            buf.truncate(self.out + tail);
+            self.pos = self.out;
+        }
+    }
+}
+
+/// A chunk-size line without its CRLF: `1*HEXDIG [ BWS ";" chunk-ext ]`. The size must
+/// fit in `budget` (the body bytes still allowed), else 413; extensions are ignored
+/// but may not hold control characters.
+fn chunk_size(line: &[u8], budget: usize) -> Result<usize, HttpError> {
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if digits == 0 {
+        return Err(HttpError::Chunk);
+    }
+    let size = line[..digits].iter().try_fold(0u64, |n, &b| {
+        let d = char::from(b).to_digit(16).unwrap_or_default();
+        n.checked_mul(16)
+            .and_then(|n| n.checked_add(u64::from(d)))
+            .ok_or(HttpError::Chunk)
+    })?;
+    let ext = &line[digits..];
+    if !ext.is_empty() {
+        let ext = trim(ext);
+        let ctl = |b: &u8| (*b < 0x20 && *b != b'\t') || *b == 0x7f;
+        if ext.first() != Some(&b';') || ext.iter().any(ctl) {
+            return Err(HttpError::Chunk);
+        }
+    }
+    usize::try_from(size)
+        .ok()
+        .filter(|&size| size <= budget)
+        .ok_or(HttpError::BodyTooLarge)
+}
+
+// ---------------------------------------------------------------------------------------
+// Responses
+// ---------------------------------------------------------------------------------------
+
+/// The reason phrase for `status` (RFC 9110 names), or `""` for codes not listed.
+pub(crate) const fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        200 => "OK",
+        204 => "No Content",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        411 => "Length Required",
+        413 => "Content Too Large",
+        415 => "Unsupported Media Type",
+        417 => "Expectation Failed",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        503 => "Service Unavailable",
+        505 => "HTTP Version Not Supported",
+        _ => "",
+    }
+}
+
+const CONNECTION_KEEP_ALIVE: &[u8] = b"Connection: keep-alive\r\n\r\n";
+const CONNECTION_CLOSE: &[u8] = b"Connection: close\r\n\r\n";
+
+fn connection(keep_alive: bool) -> &'static [u8] {
+    if keep_alive {
+        CONNECTION_KEEP_ALIVE
+    } else {
+        CONNECTION_CLOSE
+    }
+}
+
+fn status_line(out: &mut Vec<u8>, status: u16) {
+    debug_assert!((100..1000).contains(&status), "status {status}");
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(reason(status).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends a response head: status line, `extra_headers`, `Content-Length` (left out
+/// for 1xx, 204 and 304, which must not carry it), `Connection: keep-alive|close` and
+/// the empty line. The caller then appends `content_length` bytes of body.
+///
+/// `extra_headers` are trusted (not from the peer): names and values must not contain
+/// CR or LF. For `100 Continue` use [`write_continue`].
+pub(crate) fn write_head(
+    out: &mut Vec<u8>,
+    status: u16,
+    content_length: usize,
+    keep_alive: bool,
+    extra_headers: &[(&str, &str)],
+) {
+    status_line(out, status);
+    for (name, value) in extra_headers {
+        debug_assert!(!name.contains(['\r', '\n']) && !value.contains(['\r', '\n']));
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if !(status < 200 || status == 204 || status == 304) {
+        out.extend_from_slice(b"Content-Length: ");
+        out.extend_from_slice(itoa::Buffer::new().format(content_length).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(connection(keep_alive));
+}
+
+/// Appends `HTTP/1.1 100 Continue` (the answer to [`HttpEvent::Continue`]).
+pub(crate) fn write_continue(out: &mut Vec<u8>) {
+    out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+}
+
+/// Appends `204 No Content`: the answer when a POST held only notifications.
+pub(crate) fn write_no_content(out: &mut Vec<u8>, keep_alive: bool) {
+    out.extend_from_slice(b"HTTP/1.1 204 No Content\r\n");
+    out.extend_from_slice(connection(keep_alive));
+}
+
+/// Appends an error response: `status` with its reason phrase as a short
+/// `text/plain` body, and `Allow` when given (a 405 must carry it).
+pub(crate) fn write_status(out: &mut Vec<u8>, status: u16, keep_alive: bool, allow: Option<&str>) {
+    let reason = reason(status);
+    let body_len = reason.len() + 1;
+    let content_type = ("Content-Type", "text/plain; charset=utf-8");
+    match allow {
+        Some(allow) => write_head(
+            out,
+            status,
+            body_len,
+            keep_alive,
+            &[content_type, ("Allow", allow)],
+        ),
+        None => write_head(out, status, body_len, keep_alive, &[content_type]),
+    }
+    out.extend_from_slice(reason.as_bytes());
+    out.push(b'\n');
+}
+
+/// The health check's body.
+pub(crate) const HEALTH_BODY: &[u8] = br#"{"status":"ok"}"#;
+
+/// Appends `200 OK` with the body `{"status":"ok"}`.
+pub(crate) fn write_health(out: &mut Vec<u8>, keep_alive: bool) {
+    let mark = begin_json_response(out);
+    out.extend_from_slice(HEALTH_BODY);
+    finish_json_response(out, mark, keep_alive);
+}
+
+const JSON_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ";
+/// Room for the longest 200 JSON head: 20 digits and `keep-alive`.
+const JSON_HEAD_ROOM: usize = JSON_HEAD.len() + 20 + 2 + CONNECTION_KEEP_ALIVE.len();
+
+/// Where a JSON response started in the output buffer; from [`begin_json_response`].
+#[derive(Debug)]
+#[must_use = "finish the response with finish_json_response or cancel_json_response"]
+pub(crate) struct JsonResponse {
+    start: usize,
+}
+
+/// Starts a `200 OK` JSON response: reserves room for its head at the end of `out`.
+/// Append the JSON body to `out`, then call [`finish_json_response`].
+///
+/// Cost: `out` grows by a fixed ~110 bytes (no allocation once it has grown to fit).
+pub(crate) fn begin_json_response(out: &mut Vec<u8>) -> JsonResponse {
+    let start = out.len();
+    out.resize(start + JSON_HEAD_ROOM, 0);
+    JsonResponse { start }
+}
+
+/// Completes a response begun with [`begin_json_response`]: writes `HTTP/1.1 200 OK`,
+/// `Content-Type: application/json`, `Content-Length` (everything appended since) and
+/// `Connection` into the reserved room, then slides the body down over the unused room.
+///
+/// Cost: one `copy_within` of the body (just written, so in cache); no allocation.
+pub(crate) fn finish_json_response(out: &mut Vec<u8>, mark: JsonResponse, keep_alive: bool) {
+    let body_start = mark.start + JSON_HEAD_ROOM;
+    let body_len = out.len() - body_start;
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(body_len).as_bytes();
+    let conn = connection(keep_alive);
+    let mut at = mark.start;
+    for part in [JSON_HEAD, digits, b"\r\n", conn] {
+        out[at..at + part.len()].copy_from_slice(part);
+        at += part.len();
+    }
+    out.copy_within(body_start.., at);
+    out.truncate(at + body_len);
+}
+
+/// Abandons a response begun with [`begin_json_response`] (say, the POST held only
+/// notifications: answer [`write_no_content`] instead).
+pub(crate) fn cancel_json_response(out: &mut Vec<u8>, mark: JsonResponse) {
+    out.truncate(mark.start);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// An event with owned, comparable fields.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    enum Ev {
+        Rpc(Vec<u8>, bool, Option<String>),
+        Health(bool),
+        Continue,
+        Reject(u16, bool, Option<&'static str>),
+    }
+
+    fn owned(e: HttpEvent) -> Ev {
+        match e {
+            HttpEvent::Rpc {
+                body,
+                keep_alive,
+                trace_id,
+            } => Ev::Rpc(
+                body.to_vec(),
+                keep_alive,
+                trace_id.map(|t| t.as_str().to_owned()),
+            ),
+            HttpEvent::Health { keep_alive } => Ev::Health(keep_alive),
+            HttpEvent::Continue => Ev::Continue,
+            HttpEvent::Reject {
+                status,
+                close,
+                allow,
+                error,
+            } => {
+                assert_eq!((status, allow), (error.status(), error.allow()));
+                Ev::Reject(status, close, allow)
+            }
+        }
+    }
+
+    fn rpc(body: &str) -> Ev {
+        Ev::Rpc(body.as_bytes().to_vec(), true, None)
+    }
+
+    fn rej(status: u16, close: bool) -> Ev {
+        Ev::Reject(status, close, None)
+    }
+
+    /// The most a decoder may hold between calls (see the module's security bound).
+    fn bound(l: &HttpLimits) -> usize {
+        l.max_body_bytes + 2 * l.max_head_bytes.max(MAX_CHUNK_LINE)
+    }
+
+    /// Feeds `pieces` in turn, decoding everything after each, and checks the memory
+    /// bound whenever the decoder asks for more (for pieces of one byte, that is the
+    /// decoder's own bound). Each event comes with its [`HttpError`], if a refusal.
+    fn feed_full<'a>(
+        limits: &HttpLimits,
+        pieces: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Vec<(Ev, Option<HttpError>)> {
+        let mut dec = HttpDecoder::new(limits.clone());
+        let mut buf = BytesMut::new();
+        let mut events = Vec::new();
+        for piece in pieces {
+            buf.extend_from_slice(piece);
+            while let Some(e) = dec.decode(&mut buf) {
+                let error = match e {
+                    HttpEvent::Reject { error, .. } => Some(error),
+                    _ => None,
+                };
+                events.push((owned(e), error));
+            }
+            assert!(
+                buf.len() <= bound(limits) + piece.len(),
+                "holding {} bytes",
+                buf.len()
+            );
+        }
+        events
+    }
+
+    fn feed<'a>(limits: &HttpLimits, pieces: impl IntoIterator<Item = &'a [u8]>) -> Vec<Ev> {
+        feed_full(limits, pieces).into_iter().map(|e| e.0).collect()
+    }
+
+    fn at_once(limits: &HttpLimits, input: &[u8]) -> Vec<Ev> {
+        feed(limits, [input])
+    }
+
+    fn bytewise(limits: &HttpLimits, input: &[u8]) -> Vec<Ev> {
+        feed(limits, input.chunks(1))
+    }
+
+    /// `input` cut into pieces of the sizes in `cuts` (cycled).
+    fn pieces<'a>(input: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
+        let mut pieces = Vec::new();
+        let mut rest = input;
+        let mut sizes = cuts.iter().cycle();
+        while !rest.is_empty() {
+            let n = sizes
+                .next()
+                .copied()
+                .unwrap_or(rest.len())
+                .clamp(1, rest.len());
+            let (piece, tail) = rest.split_at(n);
+            pieces.push(piece);
+            rest = tail;
+        }
+        pieces
+    }
+
+    fn split(limits: &HttpLimits, input: &[u8], cuts: &[usize]) -> Vec<Ev> {
+        feed(limits, pieces(input, cuts))
+    }
+
+    /// Asserts that every way of feeding `input` gives the same events and errors.
+    fn assert_split_invariant(limits: &HttpLimits, input: &[u8], cuts: &[usize]) {
+        let whole = feed_full(limits, [input]);
+        assert_eq!(
+            feed_full(limits, pieces(input, cuts)),
+            whole,
+            "split {cuts:?}"
+        );
+        assert_eq!(feed_full(limits, input.chunks(1)), whole, "byte at a time");
+    }
+
+    fn post_with(headers: &str, body: &str) -> String {
+        format!(
+            "POST / HTTP/1.1\r\nHost: x\r\n{headers}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    fn post(body: &str) -> String {
+        post_with("Content-Type: application/json\r\n", body)
+    }
+
+    const CHUNKED_HEAD: &str = "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+
+    /// A trailer field line of exactly `len` bytes, CRLF excluded.
+    fn trailer(len: usize) -> String {
+        format!("A: {}", "b".repeat(len - 3))
+    }
+
+    const GET_HEALTH: &str = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    const BODY: &str = r#"{"jsonrpc":"2.0","method":"ping","id":1}"#;
+
+    struct Case {
+        name: &'static str,
+        limits: HttpLimits,
+        input: Vec<u8>,
+        want: Vec<Ev>,
+    }
+
+    fn case(name: &'static str, input: impl Into<Vec<u8>>, want: Vec<Ev>) -> Case {
+        Case {
+            name,
+            limits: HttpLimits::default(),
+            input: input.into(),
+            want,
+        }
+    }
+
+    fn small(
+        name: &'static str,
+        limits: HttpLimits,
+        input: impl Into<Vec<u8>>,
+        want: Vec<Ev>,
+    ) -> Case {
+        Case {
+            name,
+            limits,
+            input: input.into(),
+            want,
+        }
+    }
+
+    fn limits(max_head_bytes: usize, max_body_bytes: usize, max_headers: usize) -> HttpLimits {
+        HttpLimits {
+            max_head_bytes,
+            max_body_bytes,
+            max_headers,
+            ..HttpLimits::default()
+        }
+    }
+
+    fn cases() -> Vec<Case> {
+        let next = post(BODY);
+        let then = |first: &str| format!("{first}{next}");
+        let long_trace = "t".repeat(TRACE_ID_MAX);
+        let head_of = |body: &str| post(body).len() - body.len();
+        vec![
+            // --- JSON-RPC requests and keep-alive rules ---
+            case("post", post(BODY), vec![rpc(BODY)]),
+            case(
+                "empty body",
+                then(&post("")),
+                vec![rpc(""), rpc(BODY)],
+            ),
+            case(
+                "trace id",
+                post_with("X-Trace-Id:  abc-123 \r\n", "{}"),
+                vec![Ev::Rpc(b"{}".to_vec(), true, Some("abc-123".into()))],
+            ),
+            case(
+                "trace id at its limit, first one wins",
+                post_with(&format!("x-trace-id: {long_trace}\r\nX-Trace-Id: b\r\n"), "{}"),
+                vec![Ev::Rpc(b"{}".to_vec(), true, Some(long_trace.clone()))],
+            ),
+            case(
+                "trace id too long or not visible ascii is ignored",
+                post_with(&format!("X-Trace-Id: {long_trace}t\r\n"), "{}")
+                    + &post_with("X-Trace-Id: a b\r\n", "{}"),
+                vec![rpc("{}"), rpc("{}")],
+            ),
+            case(
+                "1.1 close: later requests ignored",
+                then(&post_with("Connection: close\r\n", "[]")),
+                vec![Ev::Rpc(b"[]".to_vec(), false, None)],
+            ),
+            case(
+                "1.1 connection list, any case",
+                post_with("Connection: Upgrade, CLOSE\r\n", "[]"),
+                vec![Ev::Rpc(b"[]".to_vec(), false, None)],
+            ),
+            case(
+                "1.0 closes by default",
+                then("POST / HTTP/1.0\r\nContent-Length: 2\r\n\r\n[]"),
+                vec![Ev::Rpc(b"[]".to_vec(), false, None)],
+            ),
+            case(
+                "1.0 keep-alive",
+                then("POST / HTTP/1.0\r\nConnection: Keep-Alive\r\nContent-Length: 2\r\n\r\n[]"),
+                vec![rpc("[]"), rpc(BODY)],
+            ),
+            case(
+                "1.0 keep-alive and close: close wins",
+                "POST / HTTP/1.0\r\nConnection: keep-alive, close\r\nContent-Length: 2\r\n\r\n[]",
+                vec![Ev::Rpc(b"[]".to_vec(), false, None)],
+            ),
+            case(
+                "pipelined",
+                format!("{next}{GET_HEALTH}{}{next}", post("[1]")),
+                vec![rpc(BODY), Ev::Health(true), rpc("[1]"), rpc(BODY)],
+            ),
+            case(
+                "leading empty lines are ignored",
+                format!("\r\n\n\r\n{next}\r\n{next}"),
+                vec![rpc(BODY), rpc(BODY)],
+            ),
+            case(
+                "bare LF line endings in the head",
+                "POST / HTTP/1.1\nHost: x\nContent-Length: 2\n\n[]",
+                vec![rpc("[]")],
+            ),
+            case(
+                "query string and absolute form",
+                "POST /?a=b HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n[]\
+                 POST HTTP://x:80/ HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n[]\
+                 POST https://x HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n[]",
+                vec![rpc("[]"), rpc("[]"), rpc("[]")],
+            ),
+            case(
+                "Content-Type with parameters, any case; missing is accepted",
+                post_with("Content-Type: Application/JSON ; charset=utf-8\r\n", "[]")
+                    + &post_with("", "[]"),
+                vec![rpc("[]"), rpc("[]")],
+            ),
+            case(
+                "identical Content-Lengths",
+                "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2, 2\r\n\r\n[]",
+                vec![rpc("[]")],
+            ),
+            // --- health ---
+            case("health", GET_HEALTH, vec![Ev::Health(true)]),
+            case(
+                "health 1.0, query string",
+                "GET /health?full=1 HTTP/1.0\r\n\r\n",
+                vec![Ev::Health(false)],
+            ),
+            case(
+                "health with a body: skipped",
+                then("GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"),
+                vec![Ev::Health(true), rpc(BODY)],
+            ),
+            case(
+                "health with a chunked body: close",
+                then("GET /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+                vec![Ev::Health(false)],
+            ),
+            // --- chunked ---
+            case(
+                "chunked with extensions and trailers",
+                then(
+                    "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n\
+                     5;foo=bar\r\nhello\r\n6 ; x=\"y;z\"\r\n world\r\nA\r\n0123456789\r\n\
+                     0;last\r\nX-Trailer: 1\r\nY: 2\r\n\r\n",
+                ),
+                vec![rpc("hello world0123456789"), rpc(BODY)],
+            ),
+            case(
+                "chunked, Transfer-Encoding any case",
+                "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: CHUNKED\r\n\r\n2\r\n[]\r\n0\r\n\r\n",
+                vec![rpc("[]")],
+            ),
+            case(
+                "chunked empty body",
+                "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                vec![rpc("")],
+            ),
+            // --- Expect: 100-continue ---
+            case(
+                "expect continue",
+                then(&post_with("Expect: 100-continue\r\n", BODY)),
+                vec![Ev::Continue, rpc(BODY), rpc(BODY)],
+            ),
+            case(
+                "expect continue, chunked",
+                "POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-Continue\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n[]\r\n0\r\n\r\n",
+                vec![Ev::Continue, rpc("[]")],
+            ),
+            case(
+                "expect continue with no body: no 100",
+                post_with("Expect: 100-continue\r\n", ""),
+                vec![rpc("")],
+            ),
+            case(
+                "expect continue in 1.0 is ignored",
+                "POST / HTTP/1.0\r\nExpect: 100-continue\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\n[]",
+                vec![rpc("[]")],
+            ),
+            case(
+                "expect continue refused: no 100, close",
+                post_with("Expect: 100-continue\r\nContent-Type: text/plain\r\n", BODY),
+                vec![rej(415, true)],
+            ),
+            // --- 400 ---
+            case("bad request line", "GARBAGE\r\n\r\n", vec![rej(400, true)]),
+            case(
+                "bad request line: bad target",
+                "POST / / HTTP/1.1\r\nHost: x\r\n\r\n",
+                vec![rej(400, true)],
+            ),
+            case("bad header", "GET / HTTP/1.1\r\nHost x\r\n\r\n", vec![rej(400, true)]),
+            case(
+                "bare CR in head",
+                "GET / HTTP/1.1\r\nHost: x\r\r\n\r\n",
+                vec![rej(400, true)],
+            ),
+            case(
+                "not an HTTP version",
+                "GET / HTTX/1.1\r\nHost: x\r\n\r\n",
+                vec![rej(400, true)],
+            ),
+            case(
+                "missing Host in 1.1",
+                "POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n[]",
+                vec![rej(400, true)],
+            ),
+            case(
+                "two Hosts",
+                "POST / HTTP/1.1\r\nHost: a\r\nHost: b\r\nContent-Length: 2\r\n\r\n[]",
+                vec![rej(400, true)],
+            ),
+            case(
+                "Content-Length and Transfer-Encoding",
+                "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                vec![rej(400, true)],
+            ),
+            case(
+                "Content-Length not a number",
+                post_with("", "").replace("Length: 0", "Length: 0x1"),
+                vec![rej(400, true)],
+            ),
+            case(
+                "Content-Length negative",
+                post_with("", "").replace("Length: 0", "Length: -1"),
+                vec![rej(400, true)],
+            ),
+            case(
+                "Content-Length empty",
+                "POST / HTTP/1.1\r\nHost: x\r\nContent-Length:\r\n\r\n",
+                vec![rej(400, true)],
+            ),
+            case(
+                "Content-Length overflow",
+                post_with("", "").replace("Length: 0", "Length: 18446744073709551616"),
+                vec![rej(400, true)],
+            ),
+            case(
+                "Content-Length list that differs",
+                post_with("", "").replace("Length: 0", "Length: 0, 1"),
+                vec![rej(400, true)],
+            ),
+            case(
+                "duplicate differing Content-Length",
+                "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n[]",
+                vec![rej(400, true)],
+            ),
+            case(
+                "Transfer-Encoding not ending in chunked",
+                "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+                vec![rej(400, true)],
+            ),
+            case(
+                "Transfer-Encoding identity",
+                "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n",
+                vec![rej(400, true)],
+            ),
+            case(
+                "chunked twice",
+                "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+                vec![rej(400, true)],
+            ),
+            case(
+                "Transfer-Encoding in 1.0",
+                "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                vec![rej(400, true)],
+            ),
+            case(
+                "chunk size not hex",
+                "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                vec![rej(400, true)],
+            ),
+            case(
+                "chunk size with 0x",
+                "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0x2\r\n[]\r\n0\r\n\r\n",
+                vec![rej(400, true)],
+            ),
+            case(
+                "chunk size overflow",
+                "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10000000000000000\r\n",
+                vec![rej(400, true)],
+            ),
+            case(
+                "chunk data without CRLF",
+                "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n[]xx0\r\n\r\n",
+                vec![rej(400, true)],
+            ),
+            case(
+                "chunk line with bare LF",
+                "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\n[]\r\n0\r\n\r\n",
+                vec![rej(400, true)],
+            ),
+            case(
+                "chunk extension with a bare CR",
+                "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2;a\rb\r\n[]\r\n0\r\n\r\n",
+                vec![rej(400, true)],
+            ),
+            case(
+                "chunk size with trailing space and no extension",
+                "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2 \r\n[]\r\n0\r\n\r\n",
+                vec![rej(400, true)],
+            ),
+            case(
+                "trailer with bare LF",
+                "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nA: b\n\r\n",
+                vec![rej(400, true)],
+            ),
+            case(
+                "chunk line at its limit",
+                format!(
+                    "{CHUNKED_HEAD}2;{}\r\n[]\r\n0\r\n\r\n",
+                    "e".repeat(MAX_CHUNK_LINE - 4)
+                ),
+                vec![rpc("[]")],
+            ),
+            case(
+                "chunk line too long",
+                format!(
+                    "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2;{}\r\n[]\r\n0\r\n\r\n",
+                    "e".repeat(MAX_CHUNK_LINE)
+                ),
+                vec![rej(400, true)],
+            ),
+            // --- 404, 405, 411, 413, 415 ---
+            case(
+                "404, body skipped",
+                then("POST /rpc HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\n[1,]"),
+                vec![rej(404, false), rpc(BODY)],
+            ),
+            case(
+                "404 with a chunked body: close",
+                then("POST /rpc HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+                vec![rej(404, true)],
+            ),
+            case(
+                "404 on 1.0 closes",
+                then("GET /x HTTP/1.0\r\n\r\n"),
+                vec![rej(404, true)],
+            ),
+            case(
+                "405 GET on the rpc path",
+                then("GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+                vec![Ev::Reject(405, false, Some("POST")), rpc(BODY)],
+            ),
+            case(
+                "405 POST on health",
+                then("POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"),
+                vec![Ev::Reject(405, false, Some("GET")), rpc(BODY)],
+            ),
+            case(
+                "405 HEAD on health",
+                "HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n",
+                vec![Ev::Reject(405, false, Some("GET"))],
+            ),
+            case(
+                "411",
+                then("POST / HTTP/1.1\r\nHost: x\r\n\r\n"),
+                vec![rej(411, false), rpc(BODY)],
+            ),
+            case(
+                "411 on 1.0 closes",
+                "POST / HTTP/1.0\r\n\r\n[]",
+                vec![rej(411, true)],
+            ),
+            case(
+                "413 Content-Length over the limit, not read",
+                then(&post_with("", "").replace("Length: 0", "Length: 1048577")),
+                vec![rej(413, true)],
+            ),
+            case(
+                "415, body skipped",
+                then(&post_with("Content-Type: text/plain\r\n", BODY)),
+                vec![rej(415, false), rpc(BODY)],
+            ),
+            case(
+                "415 application/json-rpc",
+                post_with("Content-Type: application/json-rpc\r\n", BODY),
+                vec![rej(415, false)],
+            ),
+            case(
+                "415 one of two Content-Types",
+                post_with(
+                    "Content-Type: application/json\r\nContent-Type: text/html\r\n",
+                    BODY,
+                ),
+                vec![rej(415, false)],
+            ),
+            case(
+                "415 empty Content-Type",
+                post_with("Content-Type:\r\n", BODY),
+                vec![rej(415, false)],
+            ),
+            // --- 501, 505 ---
+            case(
+                "501 gzip, chunked",
+                "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+                vec![rej(501, true)],
+            ),
+            case("505 HTTP/2.0", "GET / HTTP/2.0\r\n\r\n", vec![rej(505, true)]),
+            case(
+                "505 HTTP/1.2",
+                "POST / HTTP/1.2\r\nHost: x\r\n\r\n",
+                vec![rej(505, true)],
+            ),
+            case("after a close, nothing", then("\x00\r\n\r\n"), vec![rej(400, true)]),
+            // --- limits, exact ---
+            small(
+                "head exactly max_head_bytes",
+                limits(head_of("[]"), 1 << 20, 64),
+                post("[]") + &post("[]"),
+                vec![rpc("[]"), rpc("[]")],
+            ),
+            small(
+                "head one over max_head_bytes",
+                limits(head_of("[]") - 1, 1 << 20, 64),
+                post("[]"),
+                vec![rej(431, true)],
+            ),
+            small(
+                "body exactly max_body_bytes",
+                limits(8192, 2, 64),
+                post("[]"),
+                vec![rpc("[]")],
+            ),
+            small(
+                "body one over max_body_bytes",
+                limits(8192, 2, 64),
+                post("[1]"),
+                vec![rej(413, true)],
+            ),
+            small(
+                "chunked body exactly max_body_bytes",
+                limits(8192, 5, 64),
+                "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n[1\r\n3\r\n,2]\r\n0\r\n\r\n",
+                vec![rpc("[1,2]")],
+            ),
+            small(
+                "chunked body one over max_body_bytes",
+                limits(8192, 4, 64),
+                "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n[1\r\n3\r\n,2]\r\n0\r\n\r\n",
+                vec![rej(413, true)],
+            ),
+            small(
+                "chunk size far over max_body_bytes",
+                limits(8192, 4, 64),
+                "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nfffffff\r\n",
+                vec![rej(413, true)],
+            ),
+            small(
+                "headers exactly max_headers",
+                limits(8192, 64, 3),
+                post("[]"),
+                vec![rpc("[]")],
+            ),
+            small(
+                "headers one over max_headers",
+                limits(8192, 64, 2),
+                post("[]"),
+                vec![rej(431, true)],
+            ),
+            small(
+                "trailers exactly max_head_bytes",
+                limits(CHUNKED_HEAD.len(), 64, 64),
+                format!("{CHUNKED_HEAD}0\r\n{}\r\n\r\n", trailer(CHUNKED_HEAD.len() - 4)),
+                vec![rpc("")],
+            ),
+            small(
+                "trailers one over max_head_bytes",
+                limits(CHUNKED_HEAD.len(), 64, 64),
+                format!("{CHUNKED_HEAD}0\r\n{}\r\n\r\n", trailer(CHUNKED_HEAD.len() - 3)),
+                vec![rej(431, true)],
+            ),
+            small(
+                "a refused body at max_body_bytes is skipped",
+                limits(8192, 4, 64),
+                "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nabcdPOST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n[]",
+                vec![rej(404, false), rpc("[]")],
+            ),
+            small(
+                "a refused body over max_body_bytes closes",
+                limits(8192, 4, 64),
+                "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nabcde",
+                vec![rej(404, true)],
+            ),
+        ]
+    }
+
+    #[test]
+    fn table() {
+        for c in cases() {
+            let got = at_once(&c.limits, &c.input);
+            assert_eq!(got, c.want, "{} (all at once)", c.name);
+            let got = bytewise(&c.limits, &c.input);
+            assert_eq!(got, c.want, "{} (byte at a time)", c.name);
+            assert_split_invariant(&c.limits, &c.input, &[7, 1, 30]);
+        }
+    }
+
+    // --- Real clients' bytes (captured from curl 7.88.1 and python-requests 2.34.2) ---
+
+    /// `curl -H 'Content-Type: application/json' -d '{...}' http://127.0.0.1:18777/`
+    const CURL_POST: &[u8] = b"POST / HTTP/1.1\r\nHost: 127.0.0.1:18777\r\nUser-Agent: curl/7.88.1\r\nAccept: */*\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":1}";
+    /// `curl http://127.0.0.1:18777/health`
+    const CURL_HEALTH: &[u8] =
+        b"GET /health HTTP/1.1\r\nHost: 127.0.0.1:18777\r\nUser-Agent: curl/7.88.1\r\nAccept: */*\r\n\r\n";
+    /// `requests.post(url, json={...})`
+    const REQUESTS_POST: &[u8] = b"POST / HTTP/1.1\r\nHost: 127.0.0.1:18777\r\nUser-Agent: python-requests/2.34.2\r\nAccept-Encoding: gzip, deflate\r\nAccept: */*\r\nConnection: keep-alive\r\nContent-Length: 45\r\nContent-Type: application/json\r\n\r\n{\"jsonrpc\": \"2.0\", \"method\": \"ping\", \"id\": 1}";
+    /// `requests.post(url, data=iter([...two pieces...]), headers={content-type})`
+    const REQUESTS_CHUNKED: &[u8] = b"POST / HTTP/1.1\r\nHost: 127.0.0.1:18777\r\nUser-Agent: python-requests/2.34.2\r\nAccept-Encoding: gzip, deflate\r\nAccept: */*\r\nConnection: keep-alive\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n11\r\n{\"jsonrpc\":\"2.0\",\r\n17\r\n\"method\":\"ping\",\"id\":2}\r\n0\r\n\r\n";
+    /// `curl --data-binary @huge.json` with a body over 1 MiB: curl 7.88 adds
+    /// `Expect: 100-continue` only past 1 MiB (not past 1 KiB, as older curls did).
+    const CURL_EXPECT_HEAD: &[u8] = b"POST / HTTP/1.1\r\nHost: 127.0.0.1:18778\r\nUser-Agent: curl/7.88.1\r\nAccept: */*\r\nContent-Type: application/json\r\nContent-Length: 1048647\r\nExpect: 100-continue\r\n\r\n";
+    /// `curl -H 'Expect: 100-continue' -d @big.json` (1161-byte body).
+    const CURL_EXPECT_FORCED_HEAD: &[u8] = b"POST / HTTP/1.1\r\nHost: 127.0.0.1:18778\r\nUser-Agent: curl/7.88.1\r\nAccept: */*\r\nExpect: 100-continue\r\nContent-Type: application/json\r\nContent-Length: 1161\r\n\r\n";
+
+    fn big_body(n: usize) -> Vec<u8> {
+        format!(
+            r#"{{"jsonrpc": "2.0", "method": "echo", "params": ["{}"], "id": 1}}"#,
+            "x".repeat(n)
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn real_clients() {
+        let l = HttpLimits::default();
+        let body = |raw: &[u8]| raw[raw.len() - 40..].to_vec();
+        let all = [CURL_POST, CURL_HEALTH, REQUESTS_POST, REQUESTS_CHUNKED].concat();
+        let want = vec![
+            Ev::Rpc(body(CURL_POST), true, None),
+            Ev::Health(true),
+            Ev::Rpc(
+                REQUESTS_POST[REQUESTS_POST.len() - 45..].to_vec(),
+                true,
+                None,
+            ),
+            rpc(r#"{"jsonrpc":"2.0","method":"ping","id":2}"#),
+        ];
+        assert_eq!(at_once(&l, &all), want);
+        assert_eq!(bytewise(&l, &all), want);
+
+        // Over 1 MiB: with the default limit, 413 at once, without 100 Continue.
+        let huge = [CURL_EXPECT_HEAD, &big_body(1024 * 1024 + 10)].concat();
+        assert_eq!(huge.len() - CURL_EXPECT_HEAD.len(), 1048647);
+        assert_eq!(at_once(&l, CURL_EXPECT_HEAD), vec![rej(413, true)]);
+        // With room for it: 100 Continue, then the body.
+        let roomy = limits(8192, 2 << 20, 64);
+        assert_eq!(
+            split(&roomy, &huge, &[CURL_EXPECT_HEAD.len(), 65536]),
+            vec![
+                Ev::Continue,
+                Ev::Rpc(huge[CURL_EXPECT_HEAD.len()..].to_vec(), true, None)
+            ]
+        );
+        let forced = [CURL_EXPECT_FORCED_HEAD, &big_body(1100)].concat();
+        assert_eq!(forced.len() - CURL_EXPECT_FORCED_HEAD.len(), 1161);
+        let want = vec![Ev::Continue, Ev::Rpc(big_body(1100), true, None)];
+        assert_eq!(at_once(&l, &forced), want);
+        assert_eq!(bytewise(&l, &forced), want);
+    }
+
+    // --- Zero copy and in-place de-chunking ---
+
+    /// Decodes `input` in one buffer and returns the one Rpc body and where the buffer's
+    /// bytes started.
+    fn body_and_base(input: &[u8]) -> (BytesMut, usize) {
+        let mut dec = HttpDecoder::new(HttpLimits::default());
+        let mut buf = BytesMut::from(input);
+        let base = buf.as_ptr() as usize;
+        match dec.decode(&mut buf) {
+            Some(HttpEvent::Rpc { body, .. }) => (body, base),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn content_length_body_is_split_off_without_copying() {
+        let req = post(BODY);
+        let (body, base) = body_and_base(req.as_bytes());
+        assert_eq!(&body[..], BODY.as_bytes());
+        assert_eq!(body.as_ptr() as usize, base + req.len() - BODY.len());
+    }
+
+    #[test]
+    fn chunked_body_is_gathered_in_place() {
+        // One chunk: its data does not move.
+        let one = format!("{CHUNKED_HEAD}28\r\n{BODY}\r\n0\r\n\r\n");
+        let (body, base) = body_and_base(one.as_bytes());
+        assert_eq!(&body[..], BODY.as_bytes());
+        assert_eq!(body.as_ptr() as usize, base + CHUNKED_HEAD.len() + 4);
+        // Several: gathered at the first chunk's place, in the same allocation.
+        let (a, b) = BODY.split_at(10);
+        let many = format!("{CHUNKED_HEAD}a;x=1\r\n{a}\r\n1E\r\n{b}\r\n0\r\nT: 1\r\n\r\n");
+        let (body, base) = body_and_base(many.as_bytes());
+        assert_eq!(&body[..], BODY.as_bytes());
+        assert_eq!(body.as_ptr() as usize, base + CHUNKED_HEAD.len() + 7);
+    }
+
+    #[test]
+    fn slow_head_is_parsed_at_most_twice() {
+        let l = HttpLimits::default();
+        let mut head = String::from("POST / HTTP/1.1\r\nHost: x\r\n");
+        while head.len() < 8000 {
+            head.push_str(&format!("X-Padding: {}\r\n", "a".repeat(200)));
+        }
+        head.push_str("Content-Length: 2\r\n\r\n[]");
+        let mut dec = HttpDecoder::new(l);
+        let mut buf = BytesMut::new();
+        let mut events = Vec::new();
+        for b in head.as_bytes() {
+            buf.extend_from_slice(&[*b]);
+            events.extend(std::iter::from_fn(|| dec.decode(&mut buf)).map(owned));
+        }
+        assert_eq!(events, vec![rpc("[]")]);
+        assert!(dec.parses <= 2, "{} parses", dec.parses);
+        // Whole: exactly one.
+        let mut dec = HttpDecoder::new(HttpLimits::default());
+        let mut buf = BytesMut::from(head.as_bytes());
+        assert_eq!(dec.decode(&mut buf).map(owned), Some(rpc("[]")));
+        assert_eq!(dec.parses, 1);
+    }
+
+    #[test]
+    fn oversized_head_is_refused_as_soon_as_it_passes_the_limit() {
+        let l = limits(100, 100, 64);
+        let mut dec = HttpDecoder::new(l);
+        let mut buf = BytesMut::from(&b"GET / HTTP/1.1\r\nX: "[..]);
+        assert!(dec.decode(&mut buf).is_none());
+        buf.extend_from_slice(&[b'a'; 81]);
+        assert_eq!(buf.len(), 100);
+        assert!(dec.decode(&mut buf).is_none());
+        buf.extend_from_slice(b"a");
+        assert_eq!(dec.decode(&mut buf).map(owned), Some(rej(431, true)));
+        assert!(buf.is_empty() && dec.is_closed());
+        buf.extend_from_slice(GET_HEALTH.as_bytes());
+        assert!(dec.decode(&mut buf).is_none() && buf.is_empty());
+    }
+
+    #[test]
+    fn idle_and_closed() {
+        let mut dec = HttpDecoder::new(HttpLimits::default());
+        let mut buf = BytesMut::from(&b"GET /hea"[..]);
+        assert!(dec.is_idle());
+        assert!(dec.decode(&mut buf).is_none());
+        assert!(!dec.is_idle());
+        buf.extend_from_slice(b"lth HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        assert_eq!(dec.decode(&mut buf).map(owned), Some(Ev::Health(false)));
+        assert!(dec.is_closed());
+    }
+
+    #[test]
+    fn limits_from_config() {
+        let config = Config::default().max_request_bytes(1234);
+        let l = HttpLimits::from_config(&config);
+        assert_eq!(HttpDecoder::new(l.clone()).limits(), &l);
+        assert_eq!(l.max_body_bytes, 1234);
+        assert_eq!(l.max_headers, DEFAULT_MAX_HEADERS);
+        assert_eq!(HttpLimits::default().path, "/");
+    }
+
+    // --- Responses ---
+
+    /// Parses one response off `bytes` with httparse: status, headers, body.
+    fn parse_response(bytes: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>, usize) {
+        let mut headers = [httparse::EMPTY_HEADER; 16];
+        let mut res = httparse::Response::new(&mut headers);
+        let head = match res.parse(bytes) {
+            Ok(httparse::Status::Complete(n)) => n,
+            other => panic!("{other:?} in {:?}", String::from_utf8_lossy(bytes)),
+        };
+        let fields: Vec<(String, String)> = res
+            .headers
+            .iter()
+            .map(|h| {
+                (
+                    h.name.to_owned(),
+                    String::from_utf8_lossy(h.value).into_owned(),
+                )
+            })
+            .collect();
+        let len = fields
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+            .map_or(0, |(_, v)| v.parse().unwrap());
+        let status = res.code.unwrap();
+        let reason = res.reason.unwrap();
+        assert_eq!(reason, super::reason(status), "reason for {status}");
+        (status, fields, bytes[head..head + len].to_vec(), head + len)
+    }
+
+    #[test]
+    fn exact_responses() {
+        let mut out = Vec::new();
+        write_health(&mut out, true);
+        assert_eq!(
+            out,
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 15\r\nConnection: keep-alive\r\n\r\n{\"status\":\"ok\"}"
+        );
+        out.clear();
+        write_no_content(&mut out, false);
+        assert_eq!(out, b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
+        out.clear();
+        write_status(&mut out, 405, true, Some("POST"));
+        assert_eq!(
+            out,
+            &b"HTTP/1.1 405 Method Not Allowed\r\nContent-Type: text/plain; charset=utf-8\r\nAllow: POST\r\nContent-Length: 19\r\nConnection: keep-alive\r\n\r\nMethod Not Allowed\n"[..]
+        );
+        out.clear();
+        write_continue(&mut out);
+        assert_eq!(out, b"HTTP/1.1 100 Continue\r\n\r\n");
+        out.clear();
+        write_head(
+            &mut out,
+            200,
+            2,
+            false,
+            &[("Content-Type", "application/json")],
+        );
+        out.extend_from_slice(b"{}");
+        assert_eq!(
+            out,
+            &b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"[..]
+        );
+    }
+
+    #[test]
+    fn every_refusal_has_a_well_formed_response() {
+        let errors = [
+            HttpError::Malformed(httparse::Error::Token),
+            HttpError::Version,
+            HttpError::Host,
+            HttpError::ContentLength,
+            HttpError::ConflictingLengths,
+            HttpError::LengthAndChunked,
+            HttpError::NotChunked,
+            HttpError::ChunkedHttp10,
+            HttpError::TransferCoding,
+            HttpError::Chunk,
+            HttpError::NotFound,
+            HttpError::Method { allow: "GET" },
+            HttpError::LengthRequired,
+            HttpError::BodyTooLarge,
+            HttpError::MediaType,
+            HttpError::HeadTooLarge,
+            HttpError::TooManyHeaders,
+            HttpError::TrailersTooLarge,
+        ];
+        let want_reasons = [
+            (400, "Bad Request"),
+            (404, "Not Found"),
+            (405, "Method Not Allowed"),
+            (411, "Length Required"),
+            (413, "Content Too Large"),
+            (415, "Unsupported Media Type"),
+            (431, "Request Header Fields Too Large"),
+            (501, "Not Implemented"),
+            (505, "HTTP Version Not Supported"),
+        ];
+        for e in errors {
+            let status = e.status();
+            let want = want_reasons.iter().find(|(s, _)| *s == status);
+            assert_eq!(want.map(|w| w.1), Some(reason(status)), "{e}");
+            for keep_alive in [false, true] {
+                let mut out = b"previous".to_vec();
+                write_status(&mut out, status, keep_alive, e.allow());
+                let (got, fields, body, len) = parse_response(&out[8..]);
+                assert_eq!((got, len), (status, out.len() - 8));
+                assert_eq!(body, format!("{}\n", reason(status)).as_bytes());
+                let has = |n: &str, v: &str| fields.iter().any(|f| f.0 == n && f.1 == v);
+                assert!(has(
+                    "Connection",
+                    if keep_alive { "keep-alive" } else { "close" }
+                ));
+                assert_eq!(e.allow().is_some(), fields.iter().any(|f| f.0 == "Allow"));
+            }
+        }
+    }
+
+    #[test]
+    fn json_responses_get_the_right_length_after_earlier_output() {
+        let mut out = Vec::new();
+        write_continue(&mut out);
+        let mut want_bodies = Vec::new();
+        for len in [0, 1, 9, 10, 99, 100, 12345] {
+            let body: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+            let mark = begin_json_response(&mut out);
+            out.extend_from_slice(&body);
+            finish_json_response(&mut out, mark, len % 2 == 0);
+            want_bodies.push(body);
+            // An abandoned response leaves nothing behind.
+            let mark = begin_json_response(&mut out);
+            out.extend_from_slice(b"[1,2,3]");
+            cancel_json_response(&mut out, mark);
+        }
+        let mut rest = &out[b"HTTP/1.1 100 Continue\r\n\r\n".len()..];
+        for (i, want) in want_bodies.iter().enumerate() {
+            let (status, fields, body, len) = parse_response(rest);
+            assert_eq!((status, &body), (200, want));
+            let conn = if want.len() % 2 == 0 {
+                "keep-alive"
+            } else {
+                "close"
+            };
+            assert_eq!(
+                fields,
+                vec![
+                    ("Content-Type".into(), "application/json".into()),
+                    ("Content-Length".into(), want.len().to_string()),
+                    ("Connection".into(), conn.into()),
+                ],
+                "response {i}"
+            );
+            rest = &rest[len..];
+        }
+        assert!(rest.is_empty());
+    }
+
+    // --- Split-point invariance ---
+
+    /// One request of a generated stream, with the events it must produce. All keep
+    /// the connection open, so a stream of them decodes to the concatenated events.
+    fn request() -> impl Strategy<Value = (Vec<u8>, Vec<Ev>)> {
+        let body = proptest::collection::vec(any::<u8>(), 0..80);
+        let chunks = proptest::collection::vec((1usize..20, any::<bool>()), 1..6);
+        prop_oneof![
+            body.clone().prop_map(|b| {
+                let mut req = format!(
+                    "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                    b.len()
+                )
+                .into_bytes();
+                req.extend_from_slice(&b);
+                (req, vec![Ev::Rpc(b, true, None)])
+            }),
+            (body.clone(), chunks, any::<bool>()).prop_map(|(b, sizes, trailers)| {
+                let mut req = CHUNKED_HEAD.as_bytes().to_vec();
+                let mut rest = &b[..];
+                for (size, ext) in sizes.iter().cycle() {
+                    if rest.is_empty() {
+                        break;
+                    }
+                    let (chunk, tail) = rest.split_at((*size).min(rest.len()));
+                    let ext = if *ext { ";a=\"b\"" } else { "" };
+                    req.extend_from_slice(format!("{:X}{ext}\r\n", chunk.len()).as_bytes());
+                    req.extend_from_slice(chunk);
+                    req.extend_from_slice(b"\r\n");
+                    rest = tail;
+                }
+                req.extend_from_slice(b"0\r\n");
+                if trailers {
+                    req.extend_from_slice(b"X-Sum: 1\r\nY: 2\r\n");
+                }
+                req.extend_from_slice(b"\r\n");
+                (req, vec![Ev::Rpc(b, true, None)])
+            }),
+            body.clone().prop_map(|b| {
+                let mut req = format!(
+                    "POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nX-Trace-Id: t-1\r\nContent-Length: {}\r\n\r\n",
+                    b.len()
+                )
+                .into_bytes();
+                req.extend_from_slice(&b);
+                let mut want = if b.is_empty() { vec![] } else { vec![Ev::Continue] };
+                want.push(Ev::Rpc(b, true, Some("t-1".into())));
+                (req, want)
+            }),
+            Just((GET_HEALTH.as_bytes().to_vec(), vec![Ev::Health(true)])),
+            Just((b"\r\n".to_vec(), vec![])),
+            body.clone().prop_map(|b| {
+                let mut req = format!(
+                    "PUT /nope HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+                    b.len()
+                )
+                .into_bytes();
+                req.extend_from_slice(&b);
+                (req, vec![rej(404, false)])
+            }),
+            body.prop_map(|b| {
+                let mut req = format!(
+                    "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
+                    b.len()
+                )
+                .into_bytes();
+                req.extend_from_slice(&b);
+                (req, vec![rej(415, false)])
+            }),
+        ]
+    }
+
+    fn stream() -> impl Strategy<Value = (Vec<u8>, Vec<Ev>)> {
+        proptest::collection::vec(request(), 1..6).prop_map(|reqs| {
+            let mut input = Vec::new();
+            let mut want = Vec::new();
+            for (bytes, events) in reqs {
+                input.extend(bytes);
+                want.extend(events);
+            }
+            (input, want)
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn any_split_gives_the_same_events(
+            (input, want) in stream(),
+            cuts in proptest::collection::vec(1usize..64, 1..16),
+        ) {
+            let l = HttpLimits::default();
+            prop_assert_eq!(&at_once(&l, &input), &want);
+            assert_split_invariant(&l, &input, &cuts);
+        }
+
+        /// Damaged streams: whatever the decoder makes of them, it makes the same of
+        /// every split, never panics and never holds more than its bound.
+        #[test]
+        fn damaged_streams_split_the_same(
+            (mut input, _) in stream(),
+            damage in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+            cuts in proptest::collection::vec(1usize..64, 1..16),
+            small_limits in any::<bool>(),
+        ) {
+            for (at, byte) in damage {
+                let i = at.index(input.len());
+                input[i] = byte;
+            }
+            let l = if small_limits { limits(64, 32, 4) } else { HttpLimits::default() };
+            assert_split_invariant(&l, &input, &cuts);
+        }
+
+        #[test]
+        fn arbitrary_bytes_split_the_same(
+            input in proptest::collection::vec(any::<u8>(), 0..512),
+            cuts in proptest::collection::vec(1usize..64, 1..16),
+        ) {
+            assert_split_invariant(&limits(64, 32, 4), &input, &cuts);
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! Transports other than the newline framer: codecs that turn a byte stream into requests.
+
+pub(crate) mod http;
