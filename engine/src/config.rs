@@ -1,5 +1,7 @@
 //! Limits, in one type with documented defaults and chainable setters.
 
+use std::time::Duration;
+
 /// The engine's limits. Every field has a documented default; setters chain.
 ///
 /// ```
@@ -13,14 +15,49 @@ pub struct Config {
     pub(crate) max_request_bytes: usize,
     pub(crate) max_response_bytes: usize,
     pub(crate) max_depth: usize,
+    pub(crate) max_batch_len: usize,
+    pub(crate) max_connections: usize,
+    pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) request_timeout: Option<Duration>,
+    pub(crate) workers: usize,
+    pub(crate) batch_concurrency: usize,
+    pub(crate) queue_capacity: usize,
+    pub(crate) write_high_water: usize,
+    pub(crate) http_path: String,
+    pub(crate) max_head_bytes: usize,
 }
 
-/// Default [`Config::max_request_bytes`]: 1 MiB.
-pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1024 * 1024;
-/// Default [`Config::max_response_bytes`]: 8 MiB.
-pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
-/// Default [`Config::max_depth`]: 64 levels of arrays/objects.
-pub const DEFAULT_MAX_DEPTH: usize = 64;
+/// The documented default of every limit.
+pub mod defaults {
+    use std::time::Duration;
+
+    /// Default [`Config::max_request_bytes`]: 1 MiB.
+    pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1024 * 1024;
+    /// Default [`Config::max_response_bytes`]: 8 MiB.
+    pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
+    /// Default [`Config::max_depth`]: 64 levels of arrays/objects.
+    pub const DEFAULT_MAX_DEPTH: usize = 64;
+    /// Default [`Config::max_batch_len`]: 1024 elements.
+    pub const DEFAULT_MAX_BATCH_LEN: usize = 1024;
+    /// Default [`Config::max_connections`]: 10,000.
+    pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+    /// Default [`Config::idle_timeout`]: 300 s.
+    pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+    /// Default [`Config::request_timeout`]: 30 s.
+    pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+    /// Default [`Config::queue_capacity`]: 4096 calls waiting for a worker.
+    pub const DEFAULT_QUEUE_CAPACITY: usize = 4096;
+    /// Default [`Config::write_high_water`]: 1 MiB of unsent output per connection.
+    pub const DEFAULT_WRITE_HIGH_WATER: usize = 1024 * 1024;
+    /// Default [`Config::max_head_bytes`]: 8 KiB of HTTP request line and headers.
+    pub const DEFAULT_MAX_HEAD_BYTES: usize = 8 * 1024;
+}
+
+use defaults::*;
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
 
 impl Default for Config {
     fn default() -> Self {
@@ -28,13 +65,23 @@ impl Default for Config {
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             max_depth: DEFAULT_MAX_DEPTH,
+            max_batch_len: DEFAULT_MAX_BATCH_LEN,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+            request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
+            workers: cores(),
+            batch_concurrency: cores(),
+            queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            write_high_water: DEFAULT_WRITE_HIGH_WATER,
+            http_path: "/".to_owned(),
+            max_head_bytes: DEFAULT_MAX_HEAD_BYTES,
         }
     }
 }
 
 impl Config {
     /// The largest request frame accepted, in bytes, without its line terminator
-    /// (default [`DEFAULT_MAX_REQUEST_BYTES`]). A longer frame is discarded without being
+    /// (default [`defaults::DEFAULT_MAX_REQUEST_BYTES`]). A longer frame is discarded without being
     /// buffered whole and answered with `-32600` naming the limit; this also bounds the
     /// memory a connection's read buffer holds.
     pub fn max_request_bytes(mut self, bytes: usize) -> Self {
@@ -42,7 +89,7 @@ impl Config {
         self
     }
 
-    /// The largest reply written, in bytes (default [`DEFAULT_MAX_RESPONSE_BYTES`]). A
+    /// The largest reply written, in bytes (default [`defaults::DEFAULT_MAX_RESPONSE_BYTES`]). A
     /// call whose result would pass it gets a `-32002 Response too large` error instead.
     /// For a batch the bound applies to the whole reply array; the small error objects
     /// that replace oversized results are always written.
@@ -52,10 +99,82 @@ impl Config {
     }
 
     /// The deepest nesting of arrays and objects accepted (default
-    /// [`DEFAULT_MAX_DEPTH`]); deeper documents get `-32700` naming the limit. This bounds
+    /// [`defaults::DEFAULT_MAX_DEPTH`]); deeper documents get `-32700` naming the limit. This bounds
     /// the parser's stack and every recursive walk of a parsed request.
     pub fn max_depth(mut self, depth: usize) -> Self {
         self.max_depth = depth.clamp(2, 1024);
+        self
+    }
+
+    /// The most elements a batch may have (default [`defaults::DEFAULT_MAX_BATCH_LEN`]); a longer
+    /// batch is answered with one `-32600` naming the limit, and none of it runs.
+    pub fn max_batch_len(mut self, len: usize) -> Self {
+        self.max_batch_len = len.max(1);
+        self
+    }
+
+    /// Server: the most connections open at once (default [`defaults::DEFAULT_MAX_CONNECTIONS`]).
+    /// Past it, new connections are accepted and closed at once; the others are
+    /// unaffected.
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// Server: close a connection with nothing in flight after this long without
+    /// traffic (default [`defaults::DEFAULT_IDLE_TIMEOUT`]; `None`: never).
+    pub fn idle_timeout(mut self, t: Option<Duration>) -> Self {
+        self.idle_timeout = t;
+        self
+    }
+
+    /// Server: the deadline of a call run on the worker pool (default
+    /// [`defaults::DEFAULT_REQUEST_TIMEOUT`]; `None`: none). At the deadline the caller gets
+    /// `-32001 Request timed out`; the late result is dropped.
+    pub fn request_timeout(mut self, t: Option<Duration>) -> Self {
+        self.request_timeout = t;
+        self
+    }
+
+    /// Server: worker threads for blocking methods and their batch elements (default:
+    /// the number of cores).
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = n.max(1);
+        self
+    }
+
+    /// Server: the most elements of one batch on the worker pool at once (default: the
+    /// number of cores).
+    pub fn batch_concurrency(mut self, n: usize) -> Self {
+        self.batch_concurrency = n.max(1);
+        self
+    }
+
+    /// Server: calls that may wait for a worker (default [`defaults::DEFAULT_QUEUE_CAPACITY`]).
+    /// When the queue is full a call is answered `-32000 Server busy` at once.
+    pub fn queue_capacity(mut self, n: usize) -> Self {
+        self.queue_capacity = n.max(1);
+        self
+    }
+
+    /// Server: unsent output a connection may hold before the server stops reading
+    /// from it (default [`defaults::DEFAULT_WRITE_HIGH_WATER`]): a peer that does not read cannot
+    /// make the server buffer without bound.
+    pub fn write_high_water(mut self, bytes: usize) -> Self {
+        self.write_high_water = bytes.max(1);
+        self
+    }
+
+    /// Server: the HTTP path JSON-RPC is served on (default `/`).
+    pub fn http_path(mut self, path: impl Into<String>) -> Self {
+        self.http_path = path.into();
+        self
+    }
+
+    /// Server: the largest HTTP request head (default [`defaults::DEFAULT_MAX_HEAD_BYTES`]);
+    /// larger heads get `431`.
+    pub fn max_head_bytes(mut self, bytes: usize) -> Self {
+        self.max_head_bytes = bytes.max(64);
         self
     }
 
@@ -72,5 +191,10 @@ impl Config {
     /// The nesting depth limit in force.
     pub fn depth_limit(&self) -> usize {
         self.max_depth
+    }
+
+    /// The batch length limit in force.
+    pub fn batch_limit(&self) -> usize {
+        self.max_batch_len
     }
 }

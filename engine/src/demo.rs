@@ -9,7 +9,7 @@
 //! | `ping` | none | `"pong"` |
 //! | `echo` | anything | the params, as sent |
 //! | `add` | `[a, b]` | `a + b` |
-//! | `sleep` | `{"ms": N}` (N ≤ 60000) | `null`, after N ms |
+//! | `sleep` | `{"ms": N}` (N ≤ 60000) | `null`, after N ms (blocking: the server runs it on the worker pool) |
 //! | `update`, `notify_hello`, `notify_sum` | anything | notifications: no answer |
 //!
 //! Integers are `i64`; overflow is answered with `-32602`. `foobar` does not exist.
@@ -59,7 +59,7 @@ pub fn builder() -> RegistryBuilder {
         .method("get_data", |_p: Params<'_>| Ok(("hello", 5)))?
         .raw_method("ping", |_p, out| out.write_str("pong"))?
         .raw_method("echo", |p, out| out.write_params(&p))?
-        .method("sleep", |p: Params<'_>| {
+        .blocking_method("sleep", |p: Params<'_>| {
             let s: Sleep = p.parse()?;
             if s.ms > MAX_SLEEP_MS {
                 return Err(RpcError::invalid_params(format_args!(

@@ -1,5 +1,7 @@
 //! The no-I/O entry point: one frame in, its reply (if any) appended to an output buffer.
 
+use std::ops::Range;
+
 use bytes::BytesMut;
 use simd_json::{Buffers, ErrorType, Node, Tape, INPUT_PADDING};
 
@@ -118,14 +120,25 @@ impl Engine {
     /// # Ok::<(), ringrpc::RegisterError>(())
     /// ```
     pub fn handle(&self, frame: &[u8], scratch: &mut Scratch, out: &mut Vec<u8>) -> Outcome {
+        match self.parse_and(frame, scratch, out, None) {
+            Split::Done(outcome) => outcome,
+            // Without a deferral list nothing is deferred.
+            Split::Single | Split::Batch { .. } => Outcome::Nothing,
+        }
+    }
+
+    /// Parses `frame` on the scratch's padded copy and answers it.
+    fn parse_and(
+        &self,
+        frame: &[u8],
+        scratch: &mut Scratch,
+        out: &mut Vec<u8>,
+        defer: Option<&mut Vec<Deferred>>,
+    ) -> Split {
         let len = frame.len();
         if len > self.config.max_request_bytes {
-            return self.write_frame_error(
-                FrameError::TooLarge {
-                    limit: self.config.max_request_bytes,
-                },
-                out,
-            );
+            let limit = self.config.max_request_bytes;
+            return Split::Done(self.write_frame_error(FrameError::TooLarge { limit }, out));
         }
         scratch.input.clear();
         scratch.input.extend_from_slice(frame);
@@ -133,22 +146,22 @@ impl Engine {
         let mut tape: Tape<'_> = std::mem::replace(&mut scratch.tape, Tape(Vec::new())).reset();
         let parsed =
             simd_json::fill_tape_padded(&mut scratch.input, len, &mut scratch.buffers, &mut tape);
-        let outcome = match parsed {
+        let split = match parsed {
             Ok(()) => {
                 let raw = RawCtx {
                     frame,
                     structurals: scratch.buffers.structural_indexes(),
                     root: &tape.0,
                 };
-                self.respond(raw, out)
+                self.respond(raw, out, defer)
             }
             Err(e) => {
                 self.parse_error(&e, out);
-                Outcome::Reply
+                Split::Done(Outcome::Reply)
             }
         };
         scratch.tape = tape.reset();
-        outcome
+        split
     }
 
     /// Appends the answer to a framing error: `-32600` naming the limit, id `null`.
@@ -234,8 +247,14 @@ impl Engine {
         );
     }
 
-    /// Answers a parsed document: a single request or a batch.
-    fn respond(&self, raw: RawCtx<'_>, out: &mut Vec<u8>) -> Outcome {
+    /// Answers a parsed document: a single request or a batch. With `defer`, requests
+    /// for blocking methods are not run: their byte ranges are pushed there instead.
+    fn respond(
+        &self,
+        raw: RawCtx<'_>,
+        out: &mut Vec<u8>,
+        mut defer: Option<&mut Vec<Deferred>>,
+    ) -> Split {
         let nodes = raw.root;
         let start = out.len();
         let limit = start.saturating_add(self.config.max_response_bytes);
@@ -248,46 +267,62 @@ impl Engine {
                     ErrorCode::InvalidRequest,
                     format_args!("Invalid Request: empty batch"),
                 );
-                Outcome::Reply
+                Split::Done(Outcome::Reply)
+            }
+            Some(&Node::Array { len, .. }) if len > self.config.max_batch_len => {
+                write_error(
+                    out,
+                    Id::Null,
+                    ErrorCode::InvalidRequest,
+                    format_args!(
+                        "Invalid Request: batch of {len} exceeds max_batch_len ({})",
+                        self.config.max_batch_len
+                    ),
+                );
+                Split::Done(Outcome::Reply)
             }
             Some(&Node::Array { len, .. }) => {
                 out.push(b'[');
                 let mut rest = &nodes[1..];
-                let mut any = false;
+                let mut wrote = 0;
+                let mut deferred = 0;
                 for _ in 0..len {
                     let n = rest.first().map_or(0, span).min(rest.len());
                     let (elem, tail) = rest.split_at(n);
                     rest = tail;
                     let mark = out.len();
-                    if any {
+                    if wrote > 0 {
                         out.push(b',');
                     }
-                    if self.single(elem, raw, out, limit, max) {
-                        any = true;
-                    } else {
-                        out.truncate(mark);
+                    match self.single(elem, raw, out, limit, max, defer.as_deref_mut()) {
+                        Answer::Wrote => wrote += 1,
+                        Answer::Nothing => out.truncate(mark),
+                        Answer::Deferred => {
+                            out.truncate(mark);
+                            deferred += 1;
+                        }
                     }
                 }
-                if any {
+                if deferred > 0 {
+                    Split::Batch { wrote }
+                } else if wrote > 0 {
                     out.push(b']');
-                    Outcome::Reply
+                    Split::Done(Outcome::Reply)
                 } else {
                     // Only notifications: nothing at all, never `[]`.
                     out.truncate(start);
-                    Outcome::Nothing
+                    Split::Done(Outcome::Nothing)
                 }
             }
-            _ => {
-                if self.single(nodes, raw, out, limit, max) {
-                    Outcome::Reply
-                } else {
-                    Outcome::Nothing
-                }
-            }
+            _ => match self.single(nodes, raw, out, limit, max, defer) {
+                Answer::Wrote => Split::Done(Outcome::Reply),
+                Answer::Nothing => Split::Done(Outcome::Nothing),
+                Answer::Deferred => Split::Single,
+            },
         }
     }
 
-    /// Answers one request object (or batch element); returns whether it wrote a reply.
+    /// Answers one request object (or batch element).
     #[inline]
     fn single(
         &self,
@@ -296,9 +331,25 @@ impl Engine {
         out: &mut Vec<u8>,
         limit: usize,
         max: usize,
-    ) -> bool {
+        defer: Option<&mut Vec<Deferred>>,
+    ) -> Answer {
         match validate(nodes, raw) {
-            Ok(req) => dispatch(&self.registry, req, out, limit, max),
+            Ok(req) => {
+                if let Some(defer) = defer {
+                    if self.registry.is_blocking(req.method) {
+                        if let Some(range) = raw.container_range(nodes) {
+                            let id = req.id.map(OwnedId::from);
+                            defer.push(Deferred { range, id });
+                            return Answer::Deferred;
+                        }
+                    }
+                }
+                if dispatch(&self.registry, req, out, limit, max) {
+                    Answer::Wrote
+                } else {
+                    Answer::Nothing
+                }
+            }
             Err(invalid) => {
                 write_error(
                     out,
@@ -306,8 +357,85 @@ impl Engine {
                     ErrorCode::InvalidRequest,
                     format_args!("{}", invalid.reason),
                 );
-                true
+                Answer::Wrote
             }
         }
     }
+
+    /// Like [`Engine::handle`], but requests for blocking methods are not run: they are
+    /// pushed onto `deferred` (byte range in `frame`, id) for the worker pool, which
+    /// answers each with [`Engine::handle`]. For a batch with deferred elements, `out`
+    /// is left holding `[` and the inline answers, comma-separated, without the `]`.
+    pub(crate) fn handle_split(
+        &self,
+        frame: &[u8],
+        scratch: &mut Scratch,
+        out: &mut Vec<u8>,
+        deferred: &mut Vec<Deferred>,
+    ) -> Split {
+        self.parse_and(frame, scratch, out, Some(deferred))
+    }
+}
+
+/// What is left to do for a frame after [`Engine::handle_split`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Split {
+    /// Nothing: the frame is answered (or needs no answer).
+    Done(Outcome),
+    /// The frame is one call to a blocking method, deferred whole.
+    Single,
+    /// A batch with deferred elements; `wrote` answers are already in the output.
+    Batch {
+        /// Inline answers written after the `[`.
+        wrote: usize,
+    },
+}
+
+/// A request left for the worker pool: its bytes in the frame, and its id (`None` for
+/// a notification), kept so the server can answer a timeout or a full queue itself.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Deferred {
+    pub(crate) range: Range<usize>,
+    pub(crate) id: Option<OwnedId>,
+}
+
+/// An [`Id`] that outlives the frame's parse.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum OwnedId {
+    Null,
+    Str(Box<str>),
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+}
+
+impl From<Id<'_>> for OwnedId {
+    fn from(id: Id<'_>) -> Self {
+        match id {
+            Id::Null => Self::Null,
+            Id::Str(s) => Self::Str(s.into()),
+            Id::Int(i) => Self::Int(i),
+            Id::UInt(u) => Self::UInt(u),
+            Id::Float(f) => Self::Float(f),
+        }
+    }
+}
+
+impl OwnedId {
+    pub(crate) fn as_id(&self) -> Id<'_> {
+        match self {
+            Self::Null => Id::Null,
+            Self::Str(s) => Id::Str(s),
+            Self::Int(i) => Id::Int(*i),
+            Self::UInt(u) => Id::UInt(*u),
+            Self::Float(f) => Id::Float(*f),
+        }
+    }
+}
+
+/// What answering one request did.
+enum Answer {
+    Wrote,
+    Nothing,
+    Deferred,
 }

@@ -60,12 +60,13 @@ pub mod demo;
 mod dispatch;
 mod engine;
 mod error;
+mod pool;
 mod serializer;
+pub mod server;
+mod transport;
 
 pub use codec::{Id, LineDecoder, Params};
-pub use config::{
-    Config, DEFAULT_MAX_DEPTH, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_RESPONSE_BYTES,
-};
+pub use config::{defaults, Config};
 pub use dispatch::registry::{Registry, RegistryBuilder};
 pub use engine::{Engine, Outcome, Scratch};
 pub use error::{AppCode, ErrorCode, FrameError, RegisterError, RpcError};

@@ -490,6 +490,23 @@ fn depth_limit_is_enforced_and_named() {
 }
 
 #[test]
+fn batch_length_limit_is_enforced_and_named() {
+    let e = demo::engine(Config::default().max_batch_len(3));
+    let call = r#"{"jsonrpc":"2.0","method":"ping","id":1}"#;
+    let r = answer(&e, &format!("[{call},{call},{call}]")).unwrap();
+    assert_eq!(r.as_array().map(Vec::len), Some(3));
+    let r = answer(&e, &format!("[{call},{call},{call},{call}]")).unwrap();
+    assert_eq!(error_of(&r), (&Value::Null, -32600));
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_batch_len (3)"),
+        "{r}"
+    );
+}
+
+#[test]
 fn oversized_response_is_a_server_error() {
     let e = demo::engine(Config::default().max_response_bytes(100));
     let big = format!(

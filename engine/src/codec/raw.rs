@@ -54,6 +54,11 @@ impl<'a> RawCtx<'a> {
     /// `root`), or `None` if it is not a container of this tape or the indexes do not
     /// line up (then the caller re-emits from the tape instead).
     pub(crate) fn container_text(&self, value: &'a [Node<'a>]) -> Option<&'a [u8]> {
+        self.container_range(value).and_then(|r| self.frame.get(r))
+    }
+
+    /// The byte range of [`RawCtx::container_text`] within the frame.
+    pub(crate) fn container_range(&self, value: &'a [Node<'a>]) -> Option<std::ops::Range<usize>> {
         let offset = (value.as_ptr() as usize).checked_sub(self.root.as_ptr() as usize)?;
         let target = offset / std::mem::size_of::<Node<'_>>();
         let start = match walk(self.root, 0, 0, target) {
@@ -71,7 +76,7 @@ impl<'a> RawCtx<'a> {
         let text = self.frame.get(a..=b)?;
         match (text.first(), text.last(), value.first()) {
             (Some(b'['), Some(b']'), Some(Node::Array { .. }))
-            | (Some(b'{'), Some(b'}'), Some(Node::Object { .. })) => Some(text),
+            | (Some(b'{'), Some(b'}'), Some(Node::Object { .. })) => Some(a..b + 1),
             _ => None,
         }
     }

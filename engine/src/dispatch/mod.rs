@@ -24,7 +24,7 @@ pub(crate) fn dispatch(
     limit: usize,
     max: usize,
 ) -> bool {
-    let Some(handler) = registry.get(req.method) else {
+    let Some(entry) = registry.get(req.method) else {
         if let Some(id) = req.id {
             write_error(
                 out,
@@ -40,7 +40,7 @@ pub(crate) fn dispatch(
     let id = req.id.unwrap_or(Id::Null);
     write_prefix(out, id);
     out.extend_from_slice(br#""result":"#);
-    let ran = catch_unwind(AssertUnwindSafe(|| match handler {
+    let ran = catch_unwind(AssertUnwindSafe(|| match &entry.handler {
         Handler::Call(f) => {
             let mut w = ResultWriter::new(out, limit);
             let r = f(req.params, &mut w);

@@ -21,6 +21,13 @@ pub(crate) enum Handler {
     Notify(Box<NotifyFn>),
 }
 
+/// A registered method: its handler, and whether it may block (then the server runs it
+/// on the worker pool, never on a thread doing I/O).
+pub(crate) struct Entry {
+    pub(crate) handler: Handler,
+    pub(crate) blocking: bool,
+}
+
 /// Collects methods; [`RegistryBuilder::freeze`] turns it into a [`Registry`].
 ///
 /// ```
@@ -40,18 +47,41 @@ pub(crate) enum Handler {
 /// ```
 #[derive(Default)]
 pub struct RegistryBuilder {
-    methods: FxHashMap<Box<str>, Handler>,
+    methods: FxHashMap<Box<str>, Entry>,
 }
 
 impl RegistryBuilder {
-    fn insert(&mut self, name: &str, h: Handler) -> Result<&mut Self, RegisterError> {
+    fn insert(&mut self, name: &str, handler: Handler) -> Result<&mut Self, RegisterError> {
         if name.starts_with("rpc.") {
             return Err(RegisterError::Reserved(name.to_owned()));
         }
         if self.methods.contains_key(name) {
             return Err(RegisterError::Duplicate(name.to_owned()));
         }
-        self.methods.insert(name.into(), h);
+        let entry = Entry {
+            handler,
+            blocking: false,
+        };
+        self.methods.insert(name.into(), entry);
+        Ok(self)
+    }
+
+    /// Registers a typed method that may block (sleep, disk, a lock held long): the
+    /// server runs it on the worker pool under `request_timeout`, never on a thread
+    /// doing I/O. Otherwise as [`RegistryBuilder::method`].
+    ///
+    /// # Errors
+    ///
+    /// As [`RegistryBuilder::method`].
+    pub fn blocking_method<R, F>(&mut self, name: &str, f: F) -> Result<&mut Self, RegisterError>
+    where
+        R: serde::Serialize,
+        F: Fn(Params<'_>) -> Result<R, RpcError> + Send + Sync + 'static,
+    {
+        self.method(name, f)?;
+        if let Some(e) = self.methods.get_mut(name) {
+            e.blocking = true;
+        }
         Ok(self)
     }
 
@@ -110,7 +140,7 @@ impl RegistryBuilder {
 /// The frozen method table: read-only, `Send + Sync`, looked up with one hash of the
 /// method name and no locks.
 pub struct Registry {
-    methods: FxHashMap<Box<str>, Handler>,
+    methods: FxHashMap<Box<str>, Entry>,
 }
 
 impl Registry {
@@ -120,8 +150,13 @@ impl Registry {
     }
 
     #[inline]
-    pub(crate) fn get(&self, name: &str) -> Option<&Handler> {
+    pub(crate) fn get(&self, name: &str) -> Option<&Entry> {
         self.methods.get(name)
+    }
+
+    /// Whether `name` is registered as blocking.
+    pub fn is_blocking(&self, name: &str) -> bool {
+        self.methods.get(name).is_some_and(|e| e.blocking)
     }
 
     /// Whether `name` is registered.

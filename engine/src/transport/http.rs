@@ -69,7 +69,6 @@
 
 // The mio server is written against this module; until it is wired in, only the tests
 // use it.
-#![cfg_attr(not(test), allow(dead_code))]
 
 use std::borrow::Cow;
 use std::mem::MaybeUninit;
@@ -405,11 +404,13 @@ impl HttpDecoder {
         }
     }
 
+    #[cfg(test)]
     /// The limits in force.
     pub(crate) fn limits(&self) -> &HttpLimits {
         &self.limits
     }
 
+    #[cfg(test)]
     /// True between requests: no part of a request has been consumed (bytes of the next
     /// head may still be waiting in the buffer). An idle-timeout can close silently
     /// when this holds and the buffer is empty, and answer 408 otherwise.
@@ -423,6 +424,7 @@ impl HttpDecoder {
         )
     }
 
+    #[cfg(test)]
     /// True once a request or refusal has said the connection closes: the caller writes
     /// the last response and closes; the decoder drops anything more that arrives.
     pub(crate) fn is_closed(&self) -> bool {

@@ -1,0 +1,192 @@
+//! The worker pool: a fixed set of threads that run calls to blocking methods, fed by a
+//! bounded crossbeam channel.
+//!
+//! A job carries its own bytes (a `Bytes` slice of the frame, shared, not copied) and is
+//! answered with [`Engine::handle`] on the worker's own scratch. A full queue hands the
+//! job back ([`Pool::try_submit`]), so the caller answers `-32000 Server busy` instead of
+//! losing the call. A handler that panics is caught by dispatch (`-32603`), so workers
+//! never die of one.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+
+use crate::engine::{Engine, Outcome};
+
+/// Where a job's answer goes back to: a reactor's completion queue and its waker.
+pub(crate) struct ReplyTo {
+    pub(crate) done: Sender<Done>,
+    pub(crate) waker: Arc<mio::Waker>,
+}
+
+/// A call for a worker.
+pub(crate) struct Job {
+    /// The request's own bytes: one request object (never a batch).
+    pub(crate) frame: Bytes,
+    /// Which connection, slot and element this answers (opaque to the pool).
+    pub(crate) tag: Tag,
+    pub(crate) reply_to: Arc<ReplyTo>,
+}
+
+/// Identifies the answer's destination on its reactor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tag {
+    pub(crate) conn: usize,
+    pub(crate) generation: u64,
+    pub(crate) slot: u64,
+    pub(crate) element: u32,
+}
+
+/// A finished job: the response object, or empty for a notification.
+pub(crate) struct Done {
+    pub(crate) tag: Tag,
+    pub(crate) reply: Vec<u8>,
+}
+
+/// The worker threads and the queue feeding them.
+pub(crate) struct Pool {
+    tx: Option<Sender<Job>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Pool {
+    /// Starts `workers` threads with a queue of `capacity` jobs.
+    pub(crate) fn start(
+        engine: Arc<Engine>,
+        workers: usize,
+        capacity: usize,
+    ) -> std::io::Result<Self> {
+        let (tx, rx) = bounded::<Job>(capacity);
+        let mut threads = Vec::with_capacity(workers);
+        for i in 0..workers {
+            let (engine, rx) = (Arc::clone(&engine), rx.clone());
+            let t = std::thread::Builder::new()
+                .name(format!("ringrpc-worker-{i}"))
+                .spawn(move || work(&engine, &rx))?;
+            threads.push(t);
+        }
+        Ok(Self {
+            tx: Some(tx),
+            threads,
+        })
+    }
+
+    /// Queues `job`, or hands it back when the queue is full.
+    pub(crate) fn try_submit(&self, job: Job) -> Result<(), Job> {
+        match &self.tx {
+            Some(tx) => tx.try_send(job).map_err(|e| match e {
+                TrySendError::Full(j) | TrySendError::Disconnected(j) => j,
+            }),
+            None => Err(job),
+        }
+    }
+
+    /// Lets the workers finish the queued jobs, then joins them.
+    pub(crate) fn shutdown(mut self) {
+        self.tx = None;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn work(engine: &Engine, rx: &Receiver<Job>) {
+    let mut scratch = engine.scratch();
+    while let Ok(job) = rx.recv() {
+        let mut reply = Vec::new();
+        if engine.handle(&job.frame, &mut scratch, &mut reply) == Outcome::Nothing {
+            reply.clear();
+        }
+        let tag = job.tag;
+        // A reactor that is gone no longer wants the answer.
+        if job.reply_to.done.send(Done { tag, reply }).is_ok() {
+            let _ = job.reply_to.waker.wake();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{demo, Config};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, Instant};
+
+    fn setup(workers: usize, capacity: usize) -> (Pool, Arc<ReplyTo>, Receiver<Done>, mio::Poll) {
+        // `meet` returns once `workers` calls are inside it at the same time (or after
+        // 10 s, with `false`): it proves the calls ran in parallel without timing them.
+        static INSIDE: AtomicUsize = AtomicUsize::new(0);
+        let mut b = demo::builder();
+        b.blocking_method("meet", move |_p| {
+            INSIDE.fetch_add(1, Ordering::SeqCst);
+            let t = Instant::now();
+            while INSIDE.load(Ordering::SeqCst) < 2 {
+                if t.elapsed() > Duration::from_secs(10) {
+                    return Ok(false);
+                }
+                std::thread::yield_now();
+            }
+            Ok(true)
+        })
+        .unwrap()
+        .method("boom", |_p| -> Result<(), crate::RpcError> {
+            panic!("boom")
+        })
+        .unwrap();
+        let engine = Arc::new(crate::Engine::new(b.freeze(), Config::default()));
+        let pool = Pool::start(engine, workers, capacity).unwrap();
+        let poll = mio::Poll::new().unwrap();
+        let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).unwrap());
+        let (done, rx) = crossbeam_channel::unbounded();
+        (pool, Arc::new(ReplyTo { done, waker }), rx, poll)
+    }
+
+    fn job(frame: &str, element: u32, reply_to: &Arc<ReplyTo>) -> Job {
+        Job {
+            frame: Bytes::copy_from_slice(frame.as_bytes()),
+            tag: Tag {
+                conn: 1,
+                generation: 1,
+                slot: 1,
+                element,
+            },
+            reply_to: Arc::clone(reply_to),
+        }
+    }
+
+    #[test]
+    fn runs_in_parallel_and_survives_panics() {
+        let (pool, reply_to, rx, _poll) = setup(2, 16);
+        let boom = r#"{"jsonrpc":"2.0","method":"boom","id":9}"#;
+        assert!(pool.try_submit(job(boom, 9, &reply_to)).is_ok());
+        let d = rx.recv().unwrap();
+        assert!(String::from_utf8_lossy(&d.reply).contains("-32603"));
+        for i in 0..2 {
+            let f = format!(r#"{{"jsonrpc":"2.0","method":"meet","id":{i}}}"#);
+            assert!(pool.try_submit(job(&f, i, &reply_to)).is_ok());
+        }
+        for _ in 0..2 {
+            let d = rx.recv().unwrap();
+            let reply = String::from_utf8_lossy(&d.reply);
+            assert!(reply.contains(r#""result":true"#), "{reply}");
+        }
+        pool.shutdown();
+    }
+
+    #[test]
+    fn a_full_queue_hands_the_job_back() {
+        let (pool, reply_to, rx, _poll) = setup(1, 1);
+        let slow = r#"{"jsonrpc":"2.0","method":"sleep","params":{"ms":200},"id":1}"#;
+        let mut handed_back = 0;
+        for i in 0..4 {
+            if pool.try_submit(job(slow, i, &reply_to)).is_err() {
+                handed_back += 1;
+            }
+        }
+        assert!(handed_back >= 2, "{handed_back}");
+        drop(rx);
+        pool.shutdown();
+    }
+}

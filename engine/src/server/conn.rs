@@ -1,0 +1,202 @@
+//! One connection's state: its socket, decoder, buffers, and the answers it still owes,
+//! in request order.
+
+use std::collections::VecDeque;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use mio::net::{TcpStream, UnixStream};
+
+use crate::codec::LineDecoder;
+use crate::engine::OwnedId;
+use crate::transport::http::HttpDecoder;
+
+/// A connected stream socket.
+pub(crate) enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    pub(crate) fn fd(&self) -> RawFd {
+        match self {
+            Self::Tcp(s) => s.as_raw_fd(),
+            Self::Unix(s) => s.as_raw_fd(),
+        }
+    }
+
+    pub(crate) fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Self::Tcp(s) => s.write(buf),
+            Self::Unix(s) => s.write(buf),
+        }
+    }
+
+    pub(crate) fn source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Self::Tcp(s) => s,
+            Self::Unix(s) => s,
+        }
+    }
+}
+
+/// How a connection's bytes are framed.
+pub(crate) enum Decoder {
+    Line(LineDecoder),
+    Http(Box<HttpDecoder>),
+}
+
+/// A request deferred to the worker pool, as an element of its slot.
+pub(crate) struct Elem {
+    pub(crate) range: std::ops::Range<usize>,
+    /// `None` for a notification.
+    pub(crate) id: Option<OwnedId>,
+    pub(crate) state: ElemState,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ElemState {
+    Queued,
+    Submitted,
+    Done,
+}
+
+/// An answer the connection owes, in request order. Either ready (its final bytes, framed
+/// for the transport, are in `buf`) or waiting for deferred elements.
+pub(crate) struct Slot {
+    pub(crate) id: u64,
+    pub(crate) ready: bool,
+    /// HTTP: keep the connection alive after this answer; `None` on line transports.
+    pub(crate) http_keep_alive: Option<bool>,
+    /// A batch (its answers go into one array) rather than a single call.
+    pub(crate) batch: bool,
+    /// Ready: the framed bytes. Waiting: the JSON so far (`[` and answers, for a batch).
+    pub(crate) buf: Vec<u8>,
+    /// Answers already in `buf` (batch).
+    pub(crate) wrote: usize,
+    pub(crate) frame: Bytes,
+    pub(crate) elems: Vec<Elem>,
+    /// Elements not yet done.
+    pub(crate) remaining: usize,
+    /// Elements on the pool now.
+    pub(crate) submitted: usize,
+}
+
+impl Slot {
+    /// A slot whose final bytes are already known.
+    pub(crate) fn ready(id: u64, buf: Vec<u8>) -> Self {
+        Self {
+            id,
+            ready: true,
+            http_keep_alive: None,
+            batch: false,
+            buf,
+            wrote: 0,
+            frame: Bytes::new(),
+            elems: Vec::new(),
+            remaining: 0,
+            submitted: 0,
+        }
+    }
+
+    /// Adds one element's answer (empty for a notification) to the JSON so far.
+    pub(crate) fn push_answer(&mut self, answer: &[u8]) {
+        if answer.is_empty() {
+            return;
+        }
+        if self.batch && self.wrote > 0 {
+            self.buf.push(b',');
+        }
+        self.buf.extend_from_slice(answer);
+        self.wrote += 1;
+    }
+}
+
+/// One client connection.
+pub(crate) struct Conn {
+    pub(crate) stream: Stream,
+    pub(crate) decoder: Decoder,
+    pub(crate) generation: u64,
+    pub(crate) rbuf: BytesMut,
+    pub(crate) out: Vec<u8>,
+    /// Bytes of `out` already written to the socket.
+    pub(crate) written: usize,
+    /// Answers owed after everything in `out`, in request order.
+    pub(crate) slots: VecDeque<Slot>,
+    pub(crate) next_slot: u64,
+    pub(crate) last_active: Instant,
+    /// No more requests will be read (peer closed its side, `Connection: close`, a
+    /// fatal framing error, or shutdown).
+    pub(crate) read_closed: bool,
+    /// The socket failed: drop the connection without writing more.
+    pub(crate) broken: bool,
+}
+
+impl Conn {
+    pub(crate) fn new(stream: Stream, decoder: Decoder, generation: u64) -> Self {
+        Self {
+            stream,
+            decoder,
+            generation,
+            rbuf: BytesMut::new(),
+            out: Vec::new(),
+            written: 0,
+            slots: VecDeque::new(),
+            next_slot: 0,
+            last_active: Instant::now(),
+            read_closed: false,
+            broken: false,
+        }
+    }
+
+    /// Unsent output, in bytes.
+    pub(crate) fn backlog(&self) -> usize {
+        self.out.len() - self.written
+    }
+
+    /// Moves ready slots at the front of the queue into the output.
+    pub(crate) fn release_ready(&mut self) {
+        while self.slots.front().is_some_and(|s| s.ready) {
+            if let Some(slot) = self.slots.pop_front() {
+                self.out.extend_from_slice(&slot.buf);
+            }
+        }
+    }
+
+    /// Writes as much output as the socket takes.
+    pub(crate) fn flush(&mut self) {
+        while self.written < self.out.len() {
+            match self.stream.write(&self.out[self.written..]) {
+                Ok(0) => {
+                    self.broken = true;
+                    return;
+                }
+                Ok(n) => self.written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.broken = true;
+                    return;
+                }
+            }
+        }
+        self.out.clear();
+        self.written = 0;
+        // A quiet connection gives its buffers back (idle connections cost little).
+        if self.out.capacity() > 64 * 1024 {
+            self.out = Vec::new();
+        }
+    }
+
+    /// Whether everything owed has been written.
+    pub(crate) fn idle(&self) -> bool {
+        self.slots.is_empty() && self.written == self.out.len()
+    }
+
+    /// Whether the connection is finished and can be dropped.
+    pub(crate) fn finished(&self) -> bool {
+        self.broken || (self.read_closed && self.idle())
+    }
+}

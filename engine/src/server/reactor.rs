@@ -1,0 +1,643 @@
+//! The event loop: accept, read, decode, answer, write; hand blocking calls to the pool
+//! and put their answers back in order.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io::{self, Read};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use crossbeam_channel::Receiver;
+use mio::{Events, Interest, Token};
+use slab::Slab;
+
+use super::conn::{Conn, Decoder, Elem, ElemState, Slot, Stream};
+use super::{Listener, Proto, Server};
+use crate::engine::{Deferred, Engine, Outcome, OwnedId, Scratch, Split};
+use crate::error::ErrorCode;
+use crate::pool::{Done, Job, Pool, ReplyTo, Tag};
+use crate::serializer::response::write_error;
+use crate::transport::http::{self, HttpEvent};
+use crate::transport::io::read_into;
+
+pub(super) const WAKER: Token = Token(0);
+const SIGNALS: Token = Token(1);
+const LISTENER0: usize = 2;
+const CONN0: usize = 1 << 16;
+
+/// Free space asked for before each read.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Everything the answering code needs besides the connection itself.
+struct Ctx {
+    engine: Arc<Engine>,
+    scratch: Scratch,
+    deferred: Vec<Deferred>,
+    pool: Pool,
+    reply_to: Arc<ReplyTo>,
+    /// (deadline, connection, generation, slot)
+    timers: BinaryHeap<Reverse<(Instant, usize, u64, u64)>>,
+}
+
+pub(super) fn run(server: Server) -> io::Result<()> {
+    let Server {
+        engine,
+        mut poll,
+        mut listeners,
+        stop,
+        waker,
+        signals,
+    } = server;
+    let config = engine.config().clone();
+    let pool = Pool::start(Arc::clone(&engine), config.workers, config.queue_capacity)?;
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<Done>();
+    let reply_to = Arc::new(ReplyTo {
+        done: done_tx,
+        waker: Arc::clone(&waker),
+    });
+    let mut signals = match signals {
+        Some(s) => {
+            let mut s = mio::net::UnixStream::from_std(s);
+            poll.registry()
+                .register(&mut s, SIGNALS, Interest::READABLE)?;
+            Some(s)
+        }
+        None => None,
+    };
+    for (i, l) in listeners.iter_mut().enumerate() {
+        let t = Token(LISTENER0 + i);
+        match l {
+            Listener::Tcp(l, _) => poll.registry().register(l, t, Interest::READABLE)?,
+            Listener::Unix(l, _) => poll.registry().register(l, t, Interest::READABLE)?,
+        }
+    }
+    let mut ctx = Ctx {
+        scratch: engine.scratch(),
+        engine,
+        deferred: Vec::new(),
+        pool,
+        reply_to,
+        timers: BinaryHeap::new(),
+    };
+    let mut conns: Slab<Conn> = Slab::new();
+    let mut events = Events::with_capacity(1024);
+    let mut generation = 0u64;
+    let mut last_sweep = Instant::now();
+    let mut stopping: Option<Instant> = None;
+    // Connections that used up their read budget with bytes possibly left.
+    let mut again: Vec<(usize, u64)> = Vec::new();
+    let mut again_next: Vec<(usize, u64)> = Vec::new();
+    loop {
+        let timeout = if again.is_empty() {
+            next_timeout(&ctx, stopping.is_some())
+        } else {
+            Duration::ZERO
+        };
+        if let Err(e) = poll.poll(&mut events, Some(timeout)) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        for ev in events.iter() {
+            match ev.token() {
+                WAKER => {}
+                SIGNALS => {
+                    if let Some(s) = signals.as_mut() {
+                        let mut b = [0u8; 64];
+                        while matches!(s.read(&mut b), Ok(n) if n > 0) {}
+                    }
+                    stop.store(true, Ordering::SeqCst);
+                }
+                Token(t) if t >= CONN0 => {
+                    let key = t - CONN0;
+                    if let Some(conn) = conns.get_mut(key) {
+                        if drive(&mut ctx, conn, key) {
+                            again_next.push((key, conn.generation));
+                        }
+                        if conn.finished() {
+                            close(&poll, &mut conns, key);
+                        }
+                    }
+                }
+                Token(t) => {
+                    if stopping.is_none() {
+                        if let Some(l) = listeners.get_mut(t - LISTENER0) {
+                            accept(&poll, l, &mut conns, &mut generation, &ctx)?;
+                        }
+                    }
+                }
+            }
+        }
+        for (key, generation) in again.drain(..) {
+            if let Some(conn) = conns.get_mut(key) {
+                if conn.generation == generation {
+                    if drive(&mut ctx, conn, key) {
+                        again_next.push((key, generation));
+                    }
+                    if conn.finished() {
+                        close(&poll, &mut conns, key);
+                    }
+                }
+            }
+        }
+        std::mem::swap(&mut again, &mut again_next);
+        completions(&mut ctx, &done_rx, &mut conns, &poll);
+        expire(&mut ctx, &mut conns, &poll);
+        if last_sweep.elapsed() >= Duration::from_secs(1) {
+            last_sweep = Instant::now();
+            if let Some(idle) = ctx.engine.config().idle_timeout {
+                let stale: Vec<usize> = conns
+                    .iter()
+                    .filter(|(_, c)| c.idle() && c.last_active.elapsed() > idle)
+                    .map(|(k, _)| k)
+                    .collect();
+                for k in stale {
+                    close(&poll, &mut conns, k);
+                }
+            }
+        }
+        if stop.load(Ordering::SeqCst) && stopping.is_none() {
+            // Stop accepting; read nothing new; answer what was received.
+            stopping = Some(Instant::now());
+            for l in listeners.iter_mut() {
+                let _ = match l {
+                    Listener::Tcp(l, _) => poll.registry().deregister(l),
+                    Listener::Unix(l, _) => poll.registry().deregister(l),
+                };
+            }
+            let keys: Vec<usize> = conns.iter().map(|(k, _)| k).collect();
+            for k in keys {
+                if let Some(c) = conns.get_mut(k) {
+                    // Frames already in the buffer were read: answer them.
+                    let _ = drive(&mut ctx, c, k);
+                    c.read_closed = true;
+                    if c.finished() {
+                        close(&poll, &mut conns, k);
+                    }
+                }
+            }
+        }
+        if let Some(since) = stopping {
+            let grace = ctx
+                .engine
+                .config()
+                .request_timeout
+                .unwrap_or(Duration::from_secs(30))
+                + Duration::from_secs(1);
+            if conns.is_empty() || since.elapsed() > grace {
+                break;
+            }
+        }
+    }
+    for l in &listeners {
+        if let Listener::Unix(_, path) = l {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    drop(conns);
+    ctx.pool.shutdown();
+    Ok(())
+}
+
+fn next_timeout(ctx: &Ctx, stopping: bool) -> Duration {
+    let tick = if stopping {
+        Duration::from_millis(10)
+    } else {
+        Duration::from_secs(1)
+    };
+    match ctx.timers.peek() {
+        Some(Reverse((at, ..))) => at.saturating_duration_since(Instant::now()).min(tick),
+        None => tick,
+    }
+}
+
+fn close(poll: &mio::Poll, conns: &mut Slab<Conn>, key: usize) {
+    if let Some(mut c) = conns.try_remove(key) {
+        let _ = poll.registry().deregister(c.stream.source());
+    }
+}
+
+fn accept(
+    poll: &mio::Poll,
+    l: &mut Listener,
+    conns: &mut Slab<Conn>,
+    generation: &mut u64,
+    ctx: &Ctx,
+) -> io::Result<()> {
+    let config = ctx.engine.config();
+    loop {
+        let (stream, decoder) = match l {
+            Listener::Tcp(l, proto) => match l.accept() {
+                Ok((s, _)) => {
+                    let _ = s.set_nodelay(true);
+                    let d = match proto {
+                        Proto::Line => Decoder::Line(ctx.engine.decoder()),
+                        Proto::Http => Decoder::Http(Box::new(http::HttpDecoder::new(
+                            http::HttpLimits::from_config(config),
+                        ))),
+                    };
+                    (Stream::Tcp(s), d)
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if is_transient(&e) => continue,
+                Err(e) => return Err(e),
+            },
+            Listener::Unix(l, _) => match l.accept() {
+                Ok((s, _)) => (Stream::Unix(s), Decoder::Line(ctx.engine.decoder())),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if is_transient(&e) => continue,
+                Err(e) => return Err(e),
+            },
+        };
+        if conns.len() >= config.max_connections {
+            // Refused cleanly: accepted and closed at once; the others are unaffected.
+            drop(stream);
+            continue;
+        }
+        *generation += 1;
+        let entry = conns.vacant_entry();
+        let key = entry.key();
+        let mut conn = Conn::new(stream, decoder, *generation);
+        poll.registry().register(
+            conn.stream.source(),
+            Token(CONN0 + key),
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        entry.insert(conn);
+    }
+}
+
+/// Errors from `accept` that concern one connection (or a passing shortage), not the
+/// listener: keep accepting.
+fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+    ) || matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
+/// Reads per readiness event before other connections get their turn.
+const READ_BUDGET: usize = 4;
+
+/// Handles readiness on a connection: write what is pending, read and answer while the
+/// output stays under the high-water mark, write again. Returns whether the connection
+/// may have more to read: it used up its read budget before the socket ran dry (with
+/// edge-triggered readiness no new event would come, so the caller revisits it after
+/// serving the others — one busy pipelining client cannot starve the rest).
+fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
+    conn.flush();
+    let high_water = ctx.engine.config().write_high_water;
+    let mut reads = 0;
+    let mut more = false;
+    while !conn.read_closed && !conn.broken && conn.backlog() <= high_water {
+        if reads == READ_BUDGET {
+            more = true;
+            break;
+        }
+        if conn.rbuf.capacity() == 0 {
+            conn.rbuf = BytesMut::with_capacity(READ_CHUNK * 4);
+        }
+        match read_into(conn.stream.fd(), &mut conn.rbuf, READ_CHUNK) {
+            Ok(0) => {
+                conn.read_closed = true;
+            }
+            Ok(_) => {
+                reads += 1;
+                conn.last_active = Instant::now();
+                decode(ctx, conn, key);
+                conn.flush();
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => conn.broken = true,
+        }
+    }
+    // A quiet connection gives its read buffer back.
+    if conn.rbuf.is_empty() && conn.rbuf.capacity() > 0 {
+        conn.rbuf = BytesMut::new();
+    }
+    conn.flush();
+    more
+}
+
+/// Answers every complete request in the read buffer.
+fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize) {
+    loop {
+        if conn.read_closed && !matches!(conn.decoder, Decoder::Line(_)) {
+            return;
+        }
+        match &mut conn.decoder {
+            Decoder::Line(d) => match d.decode(&mut conn.rbuf) {
+                Ok(Some(frame)) => answer(ctx, conn, key, frame, None),
+                Ok(None) => return,
+                Err(e) => {
+                    let mark = conn.out.len();
+                    let _ = ctx.engine.write_frame_error(e, &mut conn.out);
+                    conn.out.push(b'\n');
+                    queue_if_behind(conn, mark);
+                }
+            },
+            Decoder::Http(d) => match d.decode(&mut conn.rbuf) {
+                None => return,
+                Some(HttpEvent::Rpc {
+                    body, keep_alive, ..
+                }) => {
+                    if !keep_alive {
+                        conn.read_closed = true;
+                    }
+                    answer(ctx, conn, key, body, Some(keep_alive));
+                }
+                Some(HttpEvent::Health { keep_alive }) => {
+                    if !keep_alive {
+                        conn.read_closed = true;
+                    }
+                    let mark = conn.out.len();
+                    http::write_health(&mut conn.out, keep_alive);
+                    queue_if_behind(conn, mark);
+                }
+                Some(HttpEvent::Continue) => {
+                    let mark = conn.out.len();
+                    http::write_continue(&mut conn.out);
+                    queue_if_behind(conn, mark);
+                }
+                Some(HttpEvent::Reject {
+                    status,
+                    close,
+                    allow,
+                    ..
+                }) => {
+                    if close {
+                        conn.read_closed = true;
+                    }
+                    let mark = conn.out.len();
+                    http::write_status(&mut conn.out, status, !close, allow);
+                    queue_if_behind(conn, mark);
+                }
+            },
+        }
+    }
+}
+
+/// If earlier answers are still pending, the bytes just written at `mark` must wait
+/// their turn: move them into a ready slot.
+fn queue_if_behind(conn: &mut Conn, mark: usize) {
+    if conn.slots.is_empty() {
+        return;
+    }
+    let buf = conn.out.split_off(mark);
+    let id = conn.next_slot;
+    conn.next_slot += 1;
+    conn.slots.push_back(Slot::ready(id, buf));
+}
+
+/// Answers one frame (a line, or an HTTP body). Cheap calls are answered here, straight
+/// into the connection's output; calls to blocking methods go to the pool.
+fn answer(ctx: &mut Ctx, conn: &mut Conn, key: usize, frame: BytesMut, http: Option<bool>) {
+    let mark = conn.out.len();
+    // HTTP: room for the head is reserved first, so the JSON is written in place.
+    let head = http.map(|keep_alive| (http::begin_json_response(&mut conn.out), keep_alive));
+    let body_at = conn.out.len();
+    ctx.deferred.clear();
+    let split = ctx
+        .engine
+        .handle_split(&frame, &mut ctx.scratch, &mut conn.out, &mut ctx.deferred);
+    let wrote = match split {
+        Split::Done(outcome) => {
+            match (head, outcome) {
+                (None, Outcome::Reply) => conn.out.push(b'\n'),
+                (None, Outcome::Nothing) => {}
+                (Some((h, keep_alive)), Outcome::Reply) => {
+                    http::finish_json_response(&mut conn.out, h, keep_alive)
+                }
+                (Some((h, keep_alive)), Outcome::Nothing) => {
+                    http::cancel_json_response(&mut conn.out, h);
+                    http::write_no_content(&mut conn.out, keep_alive);
+                }
+            }
+            queue_if_behind(conn, mark);
+            return;
+        }
+        Split::Single => 0,
+        Split::Batch { wrote } => wrote,
+    };
+    // Deferred work: the JSON so far moves into a slot that waits for the pool.
+    let buf = conn.out.split_off(body_at);
+    if let Some((h, _)) = head {
+        http::cancel_json_response(&mut conn.out, h);
+    }
+    conn.out.truncate(mark);
+    let elems: Vec<Elem> = ctx
+        .deferred
+        .drain(..)
+        .map(|d| Elem {
+            range: d.range,
+            id: d.id,
+            state: ElemState::Queued,
+        })
+        .collect();
+    let id = conn.next_slot;
+    conn.next_slot += 1;
+    let deadline = ctx
+        .engine
+        .config()
+        .request_timeout
+        .map(|t| Instant::now() + t);
+    if let Some(at) = deadline {
+        ctx.timers.push(Reverse((at, key, conn.generation, id)));
+    }
+    let remaining = elems.len();
+    conn.slots.push_back(Slot {
+        id,
+        ready: false,
+        http_keep_alive: http,
+        batch: matches!(split, Split::Batch { .. }),
+        buf,
+        wrote,
+        frame: frame.freeze(),
+        elems,
+        remaining,
+        submitted: 0,
+    });
+    if let Some(slot) = conn.slots.back_mut() {
+        submit(ctx, slot, key, conn.generation);
+        if slot.remaining == 0 {
+            finish(slot);
+        }
+    }
+    conn.release_ready();
+}
+
+/// Sends queued elements of `slot` to the pool, up to the per-batch cap. A full queue
+/// answers the element `-32000 Server busy` at once.
+fn submit(ctx: &mut Ctx, slot: &mut Slot, conn: usize, generation: u64) {
+    let cap = ctx.engine.config().batch_concurrency;
+    for i in 0..slot.elems.len() {
+        if slot.submitted >= cap {
+            break;
+        }
+        if slot.elems[i].state != ElemState::Queued {
+            continue;
+        }
+        let job = Job {
+            frame: slot.frame.slice(slot.elems[i].range.clone()),
+            tag: Tag {
+                conn,
+                generation,
+                slot: slot.id,
+                element: i as u32,
+            },
+            reply_to: Arc::clone(&ctx.reply_to),
+        };
+        match ctx.pool.try_submit(job) {
+            Ok(()) => {
+                slot.elems[i].state = ElemState::Submitted;
+                slot.submitted += 1;
+            }
+            Err(_job) => {
+                slot.elems[i].state = ElemState::Done;
+                slot.remaining -= 1;
+                let mut err = Vec::new();
+                if let Some(id) = &slot.elems[i].id {
+                    write_error(
+                        &mut err,
+                        id.as_id(),
+                        ErrorCode::ServerBusy,
+                        format_args!("Server busy: the work queue is full, try again"),
+                    );
+                }
+                slot.push_answer(&err);
+            }
+        }
+    }
+}
+
+/// All elements are done: frame the final bytes.
+fn finish(slot: &mut Slot) {
+    let mut json = std::mem::take(&mut slot.buf);
+    if slot.batch {
+        if slot.wrote == 0 {
+            json.clear(); // only notifications: nothing at all, never `[]`
+        } else {
+            json.push(b']');
+        }
+    }
+    let mut out = Vec::with_capacity(json.len() + 128);
+    match slot.http_keep_alive {
+        None if json.is_empty() => {}
+        None => {
+            out.extend_from_slice(&json);
+            out.push(b'\n');
+        }
+        Some(keep_alive) if json.is_empty() => http::write_no_content(&mut out, keep_alive),
+        Some(keep_alive) => {
+            let m = http::begin_json_response(&mut out);
+            out.extend_from_slice(&json);
+            http::finish_json_response(&mut out, m, keep_alive);
+        }
+    }
+    slot.buf = out;
+    slot.ready = true;
+    slot.frame = bytes::Bytes::new();
+    slot.elems = Vec::new();
+}
+
+/// Puts pool answers into their slots.
+fn completions(ctx: &mut Ctx, rx: &Receiver<Done>, conns: &mut Slab<Conn>, poll: &mio::Poll) {
+    while let Ok(done) = rx.try_recv() {
+        let Tag {
+            conn: key,
+            generation,
+            slot,
+            element,
+        } = done.tag;
+        let Some(conn) = conns.get_mut(key) else {
+            continue;
+        };
+        if conn.generation != generation {
+            continue; // the connection it belonged to is gone
+        }
+        let Some(s) = conn.slots.iter_mut().find(|s| s.id == slot && !s.ready) else {
+            continue; // answered already (timed out)
+        };
+        let Some(e) = s.elems.get_mut(element as usize) else {
+            continue;
+        };
+        if e.state != ElemState::Submitted {
+            continue;
+        }
+        e.state = ElemState::Done;
+        s.submitted -= 1;
+        s.remaining -= 1;
+        s.push_answer(&done.reply);
+        submit(ctx, s, key, generation);
+        if s.remaining == 0 {
+            finish(s);
+        }
+        conn.release_ready();
+        conn.flush();
+        // Output drained below the mark: reading may resume. (If it has more to read,
+        // the readiness it still holds is revisited on its next event.)
+        let _ = drive(ctx, conn, key);
+        if conn.finished() {
+            close(poll, conns, key);
+        }
+    }
+}
+
+/// Answers calls whose deadline has passed with `-32001 Request timed out`.
+fn expire(ctx: &mut Ctx, conns: &mut Slab<Conn>, poll: &mio::Poll) {
+    let now = Instant::now();
+    while let Some(Reverse((at, key, generation, slot))) = ctx.timers.peek().copied() {
+        if at > now {
+            break;
+        }
+        ctx.timers.pop();
+        let Some(conn) = conns.get_mut(key) else {
+            continue;
+        };
+        if conn.generation != generation {
+            continue;
+        }
+        let timeout = ctx.engine.config().request_timeout.unwrap_or_default();
+        let Some(s) = conn.slots.iter_mut().find(|s| s.id == slot && !s.ready) else {
+            continue;
+        };
+        let ids: Vec<Option<OwnedId>> = s
+            .elems
+            .iter_mut()
+            .filter(|e| e.state != ElemState::Done)
+            .map(|e| {
+                e.state = ElemState::Done;
+                e.id.clone()
+            })
+            .collect();
+        for id in ids.into_iter().flatten() {
+            let mut err = Vec::new();
+            write_error(
+                &mut err,
+                id.as_id(),
+                ErrorCode::RequestTimeout,
+                format_args!(
+                    "Request timed out: no result within request_timeout ({} ms)",
+                    timeout.as_millis()
+                ),
+            );
+            s.push_answer(&err);
+        }
+        s.remaining = 0;
+        s.submitted = 0;
+        finish(s);
+        conn.release_ready();
+        conn.flush();
+        if conn.finished() {
+            close(poll, conns, key);
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! Reading from a socket straight into a read buffer's spare capacity.
+
+use std::io;
+use std::os::fd::RawFd;
+
+use bytes::BytesMut;
+
+/// Reads once from `fd` into the spare capacity of `buf` (reserving `min_free` bytes
+/// first) and returns how many bytes arrived; `Ok(0)` is end of stream.
+///
+/// `std::io::Read` needs an initialized slice, which would mean zeroing the buffer's
+/// free space (up to 64 KiB) before every read — more than the rest of a small
+/// request's whole path. read(2) can write into uninitialized memory, so it is called
+/// directly.
+pub(crate) fn read_into(fd: RawFd, buf: &mut BytesMut, min_free: usize) -> io::Result<usize> {
+    buf.reserve(min_free);
+    let spare = buf.spare_capacity_mut();
+    // SAFETY: `spare` is writable memory owned by `buf`, `spare.len()` bytes long, and
+    // read(2) writes at most that many bytes into it.
+    let n = unsafe { libc::read(fd, spare.as_mut_ptr().cast(), spare.len()) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let n = n as usize;
+    // SAFETY: read(2) initialized the first `n` bytes of the spare capacity, which
+    // directly follow the buffer's current contents.
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn reads_append_to_the_buffer() {
+        let (mut a, b) = UnixStream::pair().unwrap();
+        let mut buf = BytesMut::from(&b"head:"[..]);
+        a.write_all(b"hello").unwrap();
+        assert_eq!(read_into(b.as_raw_fd(), &mut buf, 16).unwrap(), 5);
+        assert_eq!(&buf[..], b"head:hello");
+        a.write_all(&[7u8; 100]).unwrap();
+        assert_eq!(read_into(b.as_raw_fd(), &mut buf, 128).unwrap(), 100);
+        assert_eq!(buf.len(), 110);
+        drop(a);
+        assert_eq!(read_into(b.as_raw_fd(), &mut buf, 16).unwrap(), 0);
+        assert!(read_into(-1, &mut buf, 16).is_err());
+    }
+}

@@ -1,0 +1,305 @@
+//! The server over real sockets, newline-delimited transports (TCP and Unix).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use ringrpc::server::{Server, ServerHandle};
+use ringrpc::{demo, Config};
+use serde_json::{json, Value};
+
+struct Running {
+    tcp: SocketAddr,
+    unix: PathBuf,
+    handle: ServerHandle,
+    thread: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Running {
+    fn start(config: Config) -> Self {
+        let mut server = Server::new(demo::engine(config)).unwrap();
+        let tcp = server.listen_tcp("127.0.0.1:0").unwrap();
+        let unix = std::env::temp_dir().join(format!(
+            "ringrpc-test-{}-{}.sock",
+            std::process::id(),
+            tcp.port()
+        ));
+        server.listen_unix(&unix).unwrap();
+        let handle = server.handle();
+        let thread = Some(std::thread::spawn(move || server.run()));
+        Self {
+            tcp,
+            unix,
+            handle,
+            thread,
+        }
+    }
+
+    fn tcp(&self) -> TcpStream {
+        let s = TcpStream::connect(self.tcp).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s
+    }
+
+    fn stop(mut self) {
+        self.handle.shutdown();
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap().unwrap();
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.handle.shutdown();
+    }
+}
+
+/// Sends `lines` and reads `n` reply lines.
+fn exchange<S: Read + Write>(s: S, lines: &[&str], n: usize) -> Vec<Value> {
+    let mut r = BufReader::new(s);
+    for l in lines {
+        r.get_mut().write_all(l.as_bytes()).unwrap();
+        r.get_mut().write_all(b"\n").unwrap();
+    }
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        out.push(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}")));
+    }
+    out
+}
+
+/// The section 7 examples: a line and its answer (`None`: none; a number: that code).
+fn spec_cases() -> Vec<(&'static str, Option<Value>)> {
+    vec![
+        (
+            r#"{"jsonrpc": "2.0", "method": "subtract", "params": [42, 23], "id": 1}"#,
+            Some(json!({"jsonrpc":"2.0","id":1,"result":19})),
+        ),
+        (
+            r#"{"jsonrpc": "2.0", "method": "subtract", "params": {"subtrahend": 23, "minuend": 42}, "id": 3}"#,
+            Some(json!({"jsonrpc":"2.0","id":3,"result":19})),
+        ),
+        (
+            r#"{"jsonrpc": "2.0", "method": "update", "params": [1,2,3,4,5]}"#,
+            None,
+        ),
+        (
+            r#"{"jsonrpc": "2.0", "method": "foobar", "id": "1"}"#,
+            Some(json!(-32601)),
+        ),
+        (
+            r#"{"jsonrpc": "2.0", "method": "foobar, "params": "bar", "baz]"#,
+            Some(json!(-32700)),
+        ),
+        (
+            r#"{"jsonrpc": "2.0", "method": 1, "params": "bar"}"#,
+            Some(json!(-32600)),
+        ),
+        ("[]", Some(json!(-32600))),
+        (
+            r#"[{"jsonrpc": "2.0", "method": "notify_sum", "params": [1,2,4]},{"jsonrpc": "2.0", "method": "notify_hello", "params": [7]}]"#,
+            None,
+        ),
+        (
+            r#"{"jsonrpc": "2.0", "method": "get_data", "id": 9}"#,
+            Some(json!({"jsonrpc":"2.0","id":9,"result":["hello",5]})),
+        ),
+    ]
+}
+
+fn check(got: &Value, want: &Value) {
+    match want {
+        Value::Number(code) => {
+            assert_eq!(&got["error"]["code"], &Value::Number(code.clone()), "{got}")
+        }
+        _ => assert_eq!(got, want),
+    }
+}
+
+#[test]
+fn spec_examples_over_tcp_and_unix() {
+    let server = Running::start(Config::default());
+    let cases = spec_cases();
+    let lines: Vec<&str> = cases.iter().map(|c| c.0).collect();
+    let wants: Vec<&Value> = cases.iter().filter_map(|c| c.1.as_ref()).collect();
+    // Pipelined on one connection; answers come back in request order.
+    let got = exchange(server.tcp(), &lines, wants.len());
+    for (g, w) in got.iter().zip(&wants) {
+        check(g, w);
+    }
+    let unix = UnixStream::connect(&server.unix).unwrap();
+    unix.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let got = exchange(unix, &lines, wants.len());
+    for (g, w) in got.iter().zip(&wants) {
+        check(g, w);
+    }
+    server.stop();
+}
+
+#[test]
+fn blocking_batch_runs_on_the_pool_and_keeps_order() {
+    let server = Running::start(Config::default().workers(2));
+    let batch: Vec<String> = (0..8)
+        .map(|i| format!(r#"{{"jsonrpc":"2.0","method":"sleep","params":{{"ms":50}},"id":{i}}}"#))
+        .collect();
+    let batch = format!(
+        "[{},{{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":\"p\"}}]",
+        batch.join(",")
+    );
+    let lines = [
+        batch.as_str(),
+        r#"{"jsonrpc":"2.0","method":"ping","id":"after"}"#,
+    ];
+    let got = exchange(server.tcp(), &lines, 2);
+    let arr = got[0].as_array().unwrap();
+    assert_eq!(arr.len(), 9);
+    let mut ids: Vec<String> = arr.iter().map(|r| r["id"].to_string()).collect();
+    ids.sort();
+    assert_eq!(ids.len(), 9);
+    assert!(arr.iter().all(|r| r.get("error").is_none()), "{}", got[0]);
+    // The ping after the batch waits its turn.
+    assert_eq!(got[1]["id"], "after");
+    server.stop();
+}
+
+#[test]
+fn request_timeout_and_busy() {
+    let server = Running::start(
+        Config::default()
+            .workers(1)
+            .queue_capacity(1)
+            .request_timeout(Some(Duration::from_millis(200))),
+    );
+    let lines = [
+        r#"{"jsonrpc":"2.0","method":"sleep","params":{"ms":1000},"id":1}"#,
+        r#"{"jsonrpc":"2.0","method":"sleep","params":{"ms":1000},"id":2}"#,
+        r#"{"jsonrpc":"2.0","method":"sleep","params":{"ms":1000},"id":3}"#,
+        r#"{"jsonrpc":"2.0","method":"ping","id":4}"#,
+    ];
+    let got = exchange(server.tcp(), &lines, 4);
+    assert_eq!(got[0]["id"], 1);
+    assert_eq!(got[0]["error"]["code"], -32001, "{}", got[0]);
+    // One waits in the queue (then times out too), the third finds it full.
+    let codes: Vec<i64> = got[1..3]
+        .iter()
+        .map(|g| g["error"]["code"].as_i64().unwrap())
+        .collect();
+    assert!(codes.contains(&-32000), "{codes:?}");
+    assert_eq!(got[3]["result"], "pong");
+    server.stop();
+}
+
+#[test]
+fn many_connections_pipelined() {
+    let server = Running::start(Config::default());
+    let threads: Vec<_> = (0..20)
+        .map(|c| {
+            let s = server.tcp();
+            std::thread::spawn(move || {
+                let mut req = String::new();
+                for i in 0..100 {
+                    req.push_str(&format!(
+                        "{{\"jsonrpc\":\"2.0\",\"method\":\"add\",\"params\":[{c},{i}],\"id\":{i}}}\n"
+                    ));
+                }
+                let mut r = BufReader::new(s);
+                r.get_mut().write_all(req.as_bytes()).unwrap();
+                for i in 0..100 {
+                    let mut line = String::new();
+                    r.read_line(&mut line).unwrap();
+                    let v: Value = serde_json::from_str(&line).unwrap();
+                    assert_eq!(v["id"], i);
+                    assert_eq!(v["result"], c + i);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    server.stop();
+}
+
+#[test]
+fn oversized_request_and_vanishing_clients() {
+    let server = Running::start(Config::default().max_request_bytes(1024));
+    // A client that disappears mid-request and mid-batch.
+    for partial in [
+        r#"{"jsonrpc":"2.0","method":"ping","#,
+        r#"[{"jsonrpc":"2.0","method":"sleep","params":{"ms":100},"id":1},"#,
+    ] {
+        let mut s = server.tcp();
+        s.write_all(partial.as_bytes()).unwrap();
+        drop(s);
+    }
+    let mut s = server.tcp();
+    s.write_all(b"[{\"jsonrpc\":\"2.0\",\"method\":\"sleep\",\"params\":{\"ms\":100},\"id\":1}]\n")
+        .unwrap();
+    drop(s);
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","method":"echo","params":["{}"],"id":1}}"#,
+        "x".repeat(5000)
+    );
+    let got = exchange(
+        server.tcp(),
+        &[&big, r#"{"jsonrpc":"2.0","method":"ping","id":2}"#],
+        2,
+    );
+    assert_eq!(got[0]["error"]["code"], -32600);
+    assert!(got[0]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("1024"));
+    assert_eq!(got[1]["result"], "pong");
+    server.stop();
+}
+
+#[test]
+fn max_connections_refuses_cleanly() {
+    let server = Running::start(Config::default().max_connections(2));
+    let a = server.tcp();
+    let b = server.tcp();
+    // Both are served.
+    let ping = r#"{"jsonrpc":"2.0","method":"ping","id":1}"#;
+    assert_eq!(exchange(&a, &[ping], 1)[0]["result"], "pong");
+    assert_eq!(exchange(&b, &[ping], 1)[0]["result"], "pong");
+    // The third is closed at once.
+    let mut c = server.tcp();
+    let _ = c.write_all(ping.as_bytes());
+    let _ = c.write_all(b"\n");
+    let mut buf = [0u8; 16];
+    assert!(matches!(c.read(&mut buf), Ok(0) | Err(_)));
+    // The others are unaffected.
+    assert_eq!(exchange(&a, &[ping], 1)[0]["result"], "pong");
+    drop((a, b));
+    server.stop();
+}
+
+#[test]
+fn graceful_shutdown_answers_calls_in_flight() {
+    let server = Running::start(Config::default().workers(2));
+    let mut s = server.tcp();
+    s.write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"sleep\",\"params\":{\"ms\":300},\"id\":1}\n{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":2}\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    server.handle.shutdown();
+    let mut r = BufReader::new(s);
+    let mut all = String::new();
+    r.read_to_string(&mut all).unwrap();
+    let lines: Vec<Value> = all
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{all}");
+    assert_eq!(lines[0]["id"], 1);
+    assert!(lines[0].get("result").is_some());
+    assert_eq!(lines[1]["result"], "pong");
+    server.stop();
+}

@@ -1,0 +1,143 @@
+//! The demo server: newline-delimited JSON-RPC over TCP (and Unix sockets) and
+//! JSON-RPC over HTTP/1.1, serving the demo methods.
+//!
+//! ```text
+//! cargo run --release --example server              # tcp 127.0.0.1:7700, http 127.0.0.1:7701
+//! cargo run --release --example server -- --help    # every flag
+//! ```
+//!
+//! Prints one `listening KIND ADDR` line per listener once it accepts connections.
+//! SIGINT / SIGTERM: stop accepting, answer every request already received, exit 0.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use ringrpc::{defaults, demo, server::Server, Config};
+
+/// Serve the ringrpc demo methods (subtract, sum, update, notify_hello, notify_sum,
+/// get_data, ping, echo, add, sleep).
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// Newline-delimited JSON-RPC over TCP on ADDR ("off" to disable).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7700")]
+    tcp: String,
+    /// JSON-RPC over HTTP/1.1 on ADDR ("off" to disable).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7701")]
+    http: String,
+    /// Newline-delimited JSON-RPC on a Unix domain socket at PATH.
+    #[arg(long, value_name = "PATH")]
+    unix: Option<PathBuf>,
+    /// Serve stdin/stdout instead (newline-delimited, MCP style); no sockets.
+    #[arg(long)]
+    stdio: bool,
+    /// Worker threads for blocking methods (default: number of cores).
+    #[arg(long, value_name = "N")]
+    workers: Option<usize>,
+    /// Largest request, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = defaults::DEFAULT_MAX_REQUEST_BYTES)]
+    max_request_bytes: usize,
+    /// Largest response, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = defaults::DEFAULT_MAX_RESPONSE_BYTES)]
+    max_response_bytes: usize,
+    /// Most elements in a batch.
+    #[arg(long, value_name = "N", default_value_t = defaults::DEFAULT_MAX_BATCH_LEN)]
+    max_batch_len: usize,
+    /// Deepest nesting of arrays/objects.
+    #[arg(long, value_name = "N", default_value_t = defaults::DEFAULT_MAX_DEPTH)]
+    max_depth: usize,
+    /// Most open connections.
+    #[arg(long, value_name = "N", default_value_t = defaults::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// Close connections idle this long, in ms (0: never).
+    #[arg(long, value_name = "MS", default_value_t = defaults::DEFAULT_IDLE_TIMEOUT.as_millis() as u64)]
+    idle_timeout_ms: u64,
+    /// Deadline of a call run on the worker pool, in ms (0: none).
+    #[arg(long, value_name = "MS", default_value_t = defaults::DEFAULT_REQUEST_TIMEOUT.as_millis() as u64)]
+    request_timeout_ms: u64,
+    /// Calls that may wait for a worker before "server busy".
+    #[arg(long, value_name = "N", default_value_t = defaults::DEFAULT_QUEUE_CAPACITY)]
+    queue_capacity: usize,
+    /// Most elements of one batch on the worker pool at once (default: number of cores).
+    #[arg(long, value_name = "N")]
+    batch_concurrency: Option<usize>,
+    /// Unsent output per connection before the server stops reading from it, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = defaults::DEFAULT_WRITE_HIGH_WATER)]
+    write_high_water: usize,
+    /// HTTP path served.
+    #[arg(long, value_name = "PATH", default_value = "/")]
+    http_path: String,
+}
+
+fn millis(ms: u64) -> Option<Duration> {
+    (ms > 0).then(|| Duration::from_millis(ms))
+}
+
+fn config(a: &Args) -> Config {
+    let mut c = Config::default()
+        .max_request_bytes(a.max_request_bytes)
+        .max_response_bytes(a.max_response_bytes)
+        .max_batch_len(a.max_batch_len)
+        .max_depth(a.max_depth)
+        .max_connections(a.max_connections)
+        .idle_timeout(millis(a.idle_timeout_ms))
+        .request_timeout(millis(a.request_timeout_ms))
+        .queue_capacity(a.queue_capacity)
+        .write_high_water(a.write_high_water)
+        .http_path(a.http_path.clone());
+    if let Some(n) = a.workers {
+        c = c.workers(n);
+    }
+    if let Some(n) = a.batch_concurrency {
+        c = c.batch_concurrency(n);
+    }
+    c
+}
+
+fn serve(a: Args) -> std::io::Result<()> {
+    let engine = demo::engine(config(&a));
+    if a.stdio {
+        return ringrpc::server::serve_stdio(&engine);
+    }
+    let mut server = Server::new(engine)?;
+    let mut lines = Vec::new();
+    if a.tcp != "off" {
+        lines.push(format!(
+            "listening tcp {}",
+            server.listen_tcp(a.tcp.as_str())?
+        ));
+    }
+    if a.http != "off" {
+        lines.push(format!(
+            "listening http {}",
+            server.listen_http(a.http.as_str())?
+        ));
+    }
+    if let Some(path) = &a.unix {
+        server.listen_unix(path)?;
+        lines.push(format!("listening unix {}", path.display()));
+    }
+    server.shutdown_on_signals()?;
+    // Bound and registered: connections are accepted from here on (the kernel queues
+    // them until the loop runs).
+    let mut out = std::io::stdout().lock();
+    for l in lines {
+        writeln!(out, "{l}")?;
+    }
+    out.flush()?;
+    drop(out);
+    server.run()
+}
+
+fn main() -> ExitCode {
+    match serve(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("server: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
