@@ -262,6 +262,20 @@ fn oversized_request_and_vanishing_clients() {
 }
 
 #[test]
+fn last_line_without_newline_is_answered_at_end_of_stream() {
+    let server = Running::start(Config::default());
+    let mut s = server.tcp();
+    s.write_all(br#"{"jsonrpc":"2.0","method":"ping","id":1}"#)
+        .unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut all = String::new();
+    s.read_to_string(&mut all).unwrap();
+    let v: Value = serde_json::from_str(all.trim_end()).unwrap();
+    assert_eq!(v["result"], "pong");
+    server.stop();
+}
+
+#[test]
 fn max_connections_refuses_cleanly() {
     let server = Running::start(Config::default().max_connections(2));
     let a = server.tcp();

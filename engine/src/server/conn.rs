@@ -114,6 +114,10 @@ impl Slot {
     }
 }
 
+/// The most answers a connection may owe (pending or waiting their turn) before the
+/// server stops reading from it.
+pub(crate) const MAX_SLOTS: usize = 1024;
+
 /// One client connection.
 pub(crate) struct Conn {
     pub(crate) stream: Stream,
@@ -151,9 +155,21 @@ impl Conn {
         }
     }
 
-    /// Unsent output, in bytes.
+    /// Output held for the peer, in bytes: unsent bytes plus answers waiting behind a
+    /// call still on the pool. (Iterates the slots, which are few — reading stops at
+    /// [`MAX_SLOTS`] — and usually none.)
     pub(crate) fn backlog(&self) -> usize {
-        self.out.len() - self.written
+        let waiting: usize = self.slots.iter().map(|s| s.buf.len()).sum();
+        self.out.len() - self.written + waiting
+    }
+
+    /// Whether the connection may read more requests: under the output high-water
+    /// mark, and not too many answers owed.
+    pub(crate) fn may_read(&self, high_water: usize) -> bool {
+        !self.read_closed
+            && !self.broken
+            && self.slots.len() < MAX_SLOTS
+            && self.backlog() <= high_water
     }
 
     /// Moves ready slots at the front of the queue into the output.

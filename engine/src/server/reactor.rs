@@ -296,7 +296,7 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
     let high_water = ctx.engine.config().write_high_water;
     let mut reads = 0;
     let mut more = false;
-    while !conn.read_closed && !conn.broken && conn.backlog() <= high_water {
+    while conn.may_read(high_water) {
         if reads == READ_BUDGET {
             more = true;
             break;
@@ -306,6 +306,12 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
         }
         match read_into(conn.stream.fd(), &mut conn.rbuf, READ_CHUNK) {
             Ok(0) => {
+                // End of stream: a last line without its newline is still a request
+                // (as on stdio); the peer may have shut down only its sending side.
+                if matches!(conn.decoder, Decoder::Line(_)) && !conn.rbuf.is_empty() {
+                    conn.rbuf.extend_from_slice(b"\n");
+                    decode(ctx, conn, key);
+                }
                 conn.read_closed = true;
             }
             Ok(_) => {
@@ -354,12 +360,12 @@ fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize) {
                     }
                     answer(ctx, conn, key, body, Some(keep_alive));
                 }
-                Some(HttpEvent::Health { keep_alive }) => {
+                Some(HttpEvent::Health { keep_alive, head }) => {
                     if !keep_alive {
                         conn.read_closed = true;
                     }
                     let mark = conn.out.len();
-                    http::write_health(&mut conn.out, keep_alive);
+                    http::write_health(&mut conn.out, keep_alive, head);
                     queue_if_behind(conn, mark);
                 }
                 Some(HttpEvent::Continue) => {
@@ -371,13 +377,14 @@ fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize) {
                     status,
                     close,
                     allow,
+                    head,
                     ..
                 }) => {
                     if close {
                         conn.read_closed = true;
                     }
                     let mark = conn.out.len();
-                    http::write_status(&mut conn.out, status, !close, allow);
+                    http::write_status(&mut conn.out, status, !close, allow, head);
                     queue_if_behind(conn, mark);
                 }
             },

@@ -288,6 +288,8 @@ pub(crate) enum HttpEvent {
         /// As for [`HttpEvent::Rpc`]; also false when the request had a body that cannot
         /// be skipped safely.
         keep_alive: bool,
+        /// The request was `HEAD`: answer without a body.
+        head: bool,
     },
     /// The client sent `Expect: 100-continue` and the head is acceptable: write
     /// [`write_continue`] now; the body follows, and then [`HttpEvent::Rpc`]. Emitted
@@ -304,6 +306,8 @@ pub(crate) enum HttpEvent {
         allow: Option<&'static str>,
         /// Why, for logs.
         error: HttpError,
+        /// The request was `HEAD`: answer without a body.
+        head: bool,
     },
 }
 
@@ -377,12 +381,14 @@ enum Plan {
         body: Framing,
         expect: bool,
         keep_alive: bool,
+        head: bool,
     },
     Refuse {
         error: HttpError,
         body: Framing,
         expect: bool,
         keep_alive: bool,
+        head: bool,
     },
 }
 
@@ -514,6 +520,7 @@ impl HttpDecoder {
             close: true,
             allow: error.allow(),
             error,
+            head: false,
         }
     }
 
@@ -643,6 +650,8 @@ impl HttpDecoder {
         let expect = http11 && f.expect;
 
         let method = req.method.unwrap_or_default();
+        // A response to HEAD carries the headers a GET would get, but never a body.
+        let head = method == "HEAD";
         let path = request_path(req.path.unwrap_or_default());
         let is_rpc = path == self.limits.path;
         let is_health = path == HEALTH_PATH;
@@ -669,20 +678,24 @@ impl HttpDecoder {
                     body,
                     expect,
                     keep_alive,
+                    head,
                 },
             });
         }
-        if is_health && method == "GET" {
+        if is_health && (method == "GET" || head) {
             return Ok(Plan::Health {
                 body,
                 expect,
                 keep_alive,
+                head,
             });
         }
         let error = match (is_rpc, is_health) {
-            (true, true) => HttpError::Method { allow: "GET, POST" },
+            (true, true) => HttpError::Method {
+                allow: "GET, HEAD, POST",
+            },
             (true, false) => HttpError::Method { allow: "POST" },
-            (false, true) => HttpError::Method { allow: "GET" },
+            (false, true) => HttpError::Method { allow: "GET, HEAD" },
             (false, false) => HttpError::NotFound,
         };
         Ok(Plan::Refuse {
@@ -690,6 +703,7 @@ impl HttpDecoder {
             body,
             expect,
             keep_alive,
+            head,
         })
     }
 
@@ -716,18 +730,20 @@ impl HttpDecoder {
                 body,
                 expect,
                 keep_alive,
+                head,
             } => {
                 let keep_alive = keep_alive && self.skip_body(body, expect);
                 if !keep_alive {
                     self.state = State::Closed;
                 }
-                Step::Event(HttpEvent::Health { keep_alive })
+                Step::Event(HttpEvent::Health { keep_alive, head })
             }
             Plan::Refuse {
                 error,
                 body,
                 expect,
                 keep_alive,
+                head,
             } => {
                 if keep_alive && self.skip_body(body, expect) {
                     Step::Event(HttpEvent::Reject {
@@ -735,9 +751,14 @@ impl HttpDecoder {
                         close: false,
                         allow: error.allow(),
                         error,
+                        head,
                     })
                 } else {
-                    Step::Event(self.refuse_and_close(buf, error))
+                    let mut ev = self.refuse_and_close(buf, error);
+                    if let HttpEvent::Reject { head: h, .. } = &mut ev {
+                        *h = head;
+                    }
+                    Step::Event(ev)
                 }
             }
         }
@@ -1207,7 +1228,13 @@ pub(crate) fn write_no_content(out: &mut Vec<u8>, keep_alive: bool) {
 
 /// Appends an error response: `status` with its reason phrase as a short
 /// `text/plain` body, and `Allow` when given (a 405 must carry it).
-pub(crate) fn write_status(out: &mut Vec<u8>, status: u16, keep_alive: bool, allow: Option<&str>) {
+pub(crate) fn write_status(
+    out: &mut Vec<u8>,
+    status: u16,
+    keep_alive: bool,
+    allow: Option<&str>,
+    head: bool,
+) {
     let reason = reason(status);
     let body_len = reason.len() + 1;
     let content_type = ("Content-Type", "text/plain; charset=utf-8");
@@ -1221,18 +1248,23 @@ pub(crate) fn write_status(out: &mut Vec<u8>, status: u16, keep_alive: bool, all
         ),
         None => write_head(out, status, body_len, keep_alive, &[content_type]),
     }
-    out.extend_from_slice(reason.as_bytes());
-    out.push(b'\n');
+    if !head {
+        out.extend_from_slice(reason.as_bytes());
+        out.push(b'\n');
+    }
 }
 
 /// The health check's body.
 pub(crate) const HEALTH_BODY: &[u8] = br#"{"status":"ok"}"#;
 
 /// Appends `200 OK` with the body `{"status":"ok"}`.
-pub(crate) fn write_health(out: &mut Vec<u8>, keep_alive: bool) {
+pub(crate) fn write_health(out: &mut Vec<u8>, keep_alive: bool, head: bool) {
     let mark = begin_json_response(out);
     out.extend_from_slice(HEALTH_BODY);
     finish_json_response(out, mark, keep_alive);
+    if head {
+        out.truncate(out.len() - HEALTH_BODY.len());
+    }
 }
 
 const JSON_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ";
@@ -1307,13 +1339,14 @@ mod tests {
                 keep_alive,
                 trace_id.map(|t| t.as_str().to_owned()),
             ),
-            HttpEvent::Health { keep_alive } => Ev::Health(keep_alive),
+            HttpEvent::Health { keep_alive, .. } => Ev::Health(keep_alive),
             HttpEvent::Continue => Ev::Continue,
             HttpEvent::Reject {
                 status,
                 close,
                 allow,
                 error,
+                ..
             } => {
                 assert_eq!((status, allow), (error.status(), error.allow()));
                 Ev::Reject(status, close, allow)
@@ -1780,12 +1813,12 @@ mod tests {
             case(
                 "405 POST on health",
                 then("POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"),
-                vec![Ev::Reject(405, false, Some("GET")), rpc(BODY)],
+                vec![Ev::Reject(405, false, Some("GET, HEAD")), rpc(BODY)],
             ),
             case(
                 "405 HEAD on health",
                 "HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n",
-                vec![Ev::Reject(405, false, Some("GET"))],
+                vec![Ev::Reject(405, false, Some("GET, HEAD"))],
             ),
             case(
                 "411",
@@ -2126,7 +2159,7 @@ mod tests {
     #[test]
     fn exact_responses() {
         let mut out = Vec::new();
-        write_health(&mut out, true);
+        write_health(&mut out, true, false);
         assert_eq!(
             out,
             b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 15\r\nConnection: keep-alive\r\n\r\n{\"status\":\"ok\"}"
@@ -2135,7 +2168,7 @@ mod tests {
         write_no_content(&mut out, false);
         assert_eq!(out, b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
         out.clear();
-        write_status(&mut out, 405, true, Some("POST"));
+        write_status(&mut out, 405, true, Some("POST"), false);
         assert_eq!(
             out,
             &b"HTTP/1.1 405 Method Not Allowed\r\nContent-Type: text/plain; charset=utf-8\r\nAllow: POST\r\nContent-Length: 19\r\nConnection: keep-alive\r\n\r\nMethod Not Allowed\n"[..]
@@ -2197,7 +2230,7 @@ mod tests {
             assert_eq!(want.map(|w| w.1), Some(reason(status)), "{e}");
             for keep_alive in [false, true] {
                 let mut out = b"previous".to_vec();
-                write_status(&mut out, status, keep_alive, e.allow());
+                write_status(&mut out, status, keep_alive, e.allow(), false);
                 let (got, fields, body, len) = parse_response(&out[8..]);
                 assert_eq!((got, len), (status, out.len() - 8));
                 assert_eq!(body, format!("{}\n", reason(status)).as_bytes());
