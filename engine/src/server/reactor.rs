@@ -142,9 +142,9 @@ pub(super) fn run(server: Server) -> io::Result<()> {
                 }
             }
         }
+        completions(&mut ctx, &done_rx, &mut conns, &poll, &mut again_next);
         std::mem::swap(&mut again, &mut again_next);
-        completions(&mut ctx, &done_rx, &mut conns, &poll);
-        expire(&mut ctx, &mut conns, &poll);
+        expire(&mut ctx, &mut conns, &poll, &mut again);
         if last_sweep.elapsed() >= Duration::from_secs(1) {
             last_sweep = Instant::now();
             if let Some(idle) = ctx.engine.config().idle_timeout {
@@ -286,21 +286,20 @@ fn is_transient(e: &io::Error) -> bool {
 /// Reads per readiness event before other connections get their turn.
 const READ_BUDGET: usize = 4;
 
-/// Handles readiness on a connection: write what is pending, read and answer while the
-/// output stays under the high-water mark, write again. Returns whether the connection
-/// may have more to read: it used up its read budget before the socket ran dry (with
-/// edge-triggered readiness no new event would come, so the caller revisits it after
-/// serving the others — one busy pipelining client cannot starve the rest).
+/// Handles readiness on a connection: write what is pending, read and answer (at most
+/// `READ_BUDGET` reads, and only while the output stays under the high-water mark),
+/// write again. Returns whether the connection must be revisited: it was not read dry
+/// and may read again, and with edge-triggered readiness no new event would come. The
+/// caller revisits it after serving the others, so one busy pipelining client cannot
+/// starve the rest.
 fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
     conn.flush();
     let high_water = ctx.engine.config().write_high_water;
     let mut reads = 0;
-    let mut more = false;
-    while conn.may_read(high_water) {
-        if reads == READ_BUDGET {
-            more = true;
-            break;
-        }
+    // Whether the socket was read dry (or closed): only then will a new readiness edge
+    // come by itself.
+    let mut dry = false;
+    while conn.may_read(high_water) && reads < READ_BUDGET {
         if conn.rbuf.capacity() == 0 {
             conn.rbuf = BytesMut::with_capacity(READ_CHUNK * 4);
         }
@@ -321,7 +320,10 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
                 // segments for both ends.
                 decode(ctx, conn, key);
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                dry = true;
+                break;
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => conn.broken = true,
         }
@@ -331,7 +333,10 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
         conn.rbuf = BytesMut::new();
     }
     conn.flush();
-    more
+    // Not read dry, and free to read again now that the output went out (or the read
+    // budget ran out): revisit it, since no new edge may come. If the output is still
+    // over the mark, the flush hit a full socket and the writable edge will come.
+    !dry && conn.may_read(high_water)
 }
 
 /// Answers every complete request in the read buffer.
@@ -557,7 +562,13 @@ fn finish(slot: &mut Slot) {
 }
 
 /// Puts pool answers into their slots.
-fn completions(ctx: &mut Ctx, rx: &Receiver<Done>, conns: &mut Slab<Conn>, poll: &mio::Poll) {
+fn completions(
+    ctx: &mut Ctx,
+    rx: &Receiver<Done>,
+    conns: &mut Slab<Conn>,
+    poll: &mio::Poll,
+    again: &mut Vec<(usize, u64)>,
+) {
     while let Ok(done) = rx.try_recv() {
         let Tag {
             conn: key,
@@ -590,9 +601,10 @@ fn completions(ctx: &mut Ctx, rx: &Receiver<Done>, conns: &mut Slab<Conn>, poll:
         }
         conn.release_ready();
         conn.flush();
-        // Output drained below the mark: reading may resume. (If it has more to read,
-        // the readiness it still holds is revisited on its next event.)
-        let _ = drive(ctx, conn, key);
+        // Answers owed went down: reading may resume.
+        if drive(ctx, conn, key) {
+            again.push((key, generation));
+        }
         if conn.finished() {
             close(poll, conns, key);
         }
@@ -600,7 +612,7 @@ fn completions(ctx: &mut Ctx, rx: &Receiver<Done>, conns: &mut Slab<Conn>, poll:
 }
 
 /// Answers calls whose deadline has passed with `-32001 Request timed out`.
-fn expire(ctx: &mut Ctx, conns: &mut Slab<Conn>, poll: &mio::Poll) {
+fn expire(ctx: &mut Ctx, conns: &mut Slab<Conn>, poll: &mio::Poll, again: &mut Vec<(usize, u64)>) {
     let now = Instant::now();
     while let Some(Reverse((at, key, generation, slot))) = ctx.timers.peek().copied() {
         if at > now {
@@ -643,7 +655,9 @@ fn expire(ctx: &mut Ctx, conns: &mut Slab<Conn>, poll: &mio::Poll) {
         s.submitted = 0;
         finish(s);
         conn.release_ready();
-        conn.flush();
+        if drive(ctx, conn, key) {
+            again.push((key, generation));
+        }
         if conn.finished() {
             close(poll, conns, key);
         }
