@@ -22,12 +22,13 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
-start() { # cpu, command...
+started=
+start() { # cpu, command... (sets $started to the pid)
   local cpu=$1; shift
   taskset -c "$cpu" "$@" >/dev/null 2>&1 &
-  pids+=($!)
-  sleep 0.5
-  echo $!
+  started=$!
+  pids+=("$started")
+  sleep 1
 }
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -36,19 +37,22 @@ run() { # label, server pid, loadgen cpu, loadgen args...
   local label=$1 pid=$2 cpu=$3; shift 3
   local before after out
   before=$(cpu_ticks "$pid")
-  out=$(taskset -c "$cpu" $LG "$@" 2>/dev/null || true)
+  out=$(taskset -c "$cpu" $LG "$@" 2>/tmp/compare.loadgen.err || echo "{\"failed\": true}")
   after=$(cpu_ticks "$pid")
   echo "$label server_cpu_ticks=$((after - before)) $out"
 }
 
 for placement in split shared; do
   if [ "$placement" = split ]; then scpu=1; else scpu=0; fi
-  r=$(start $scpu $bin/examples/server --tcp 127.0.0.1:7700 --http 127.0.0.1:7701 --idle-timeout-ms 0)
-  f=$(start $scpu $bin/floor --tcp 127.0.0.1:7800 --http 127.0.0.1:7801)
-  j=$(start $scpu $bin/jsonrpsee_server --http 127.0.0.1:7901)
+  start $scpu $bin/examples/server --tcp 127.0.0.1:7700 --http 127.0.0.1:7701 --idle-timeout-ms 0
+  r=$started
+  start $scpu $bin/floor --tcp 127.0.0.1:7800 --http 127.0.0.1:7801
+  f=$started
+  start $scpu $bin/jsonrpsee_server --http 127.0.0.1:7901
+  j=$started
   # Correctness first, verified.
-  for s in "ringrpc:$r:--tcp 127.0.0.1:7700" "ringrpc:$r:--http http://127.0.0.1:7701/" "jsonrpsee:$j:--http http://127.0.0.1:7901/"; do
-    IFS=: read -r name pid a1 a2 <<<"$s"
+  for s in "ringrpc|$r|--tcp|127.0.0.1:7700" "ringrpc|$r|--http|http://127.0.0.1:7701/" "jsonrpsee|$j|--http|http://127.0.0.1:7901/"; do
+    IFS='|' read -r name pid a1 a2 <<<"$s"
     run "$placement verify $name $a1" "$pid" 0 $a1 $a2 --connections 4 --depth 4 --count 20000 --mix subtract:3,add:1,ping:1,echo:1
   done
   for round in $(seq "$rounds"); do
