@@ -1816,9 +1816,14 @@ mod tests {
                 vec![Ev::Reject(405, false, Some("GET, HEAD")), rpc(BODY)],
             ),
             case(
-                "405 HEAD on health",
+                "HEAD on health: answered like GET, without a body",
                 "HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n",
-                vec![Ev::Reject(405, false, Some("GET, HEAD"))],
+                vec![Ev::Health(true)],
+            ),
+            case(
+                "405 HEAD on the RPC path",
+                "HEAD / HTTP/1.1\r\nHost: x\r\n\r\n",
+                vec![Ev::Reject(405, false, Some("POST"))],
             ),
             case(
                 "411",
@@ -2163,6 +2168,20 @@ mod tests {
         assert_eq!(
             out,
             b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 15\r\nConnection: keep-alive\r\n\r\n{\"status\":\"ok\"}"
+        );
+        out.clear();
+        // HEAD: the same head, no body.
+        write_health(&mut out, true, true);
+        assert_eq!(
+            out,
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 15\r\nConnection: keep-alive\r\n\r\n"
+        );
+        out.clear();
+        write_status(&mut out, 405, true, Some("POST"), true);
+        assert!(
+            out.ends_with(b"\r\n\r\n"),
+            "{}",
+            String::from_utf8_lossy(&out)
         );
         out.clear();
         write_no_content(&mut out, false);
