@@ -58,6 +58,9 @@ struct Args {
     /// Deadline of a call run on the worker pool, in ms (0: none).
     #[arg(long, value_name = "MS", default_value_t = defaults::DEFAULT_REQUEST_TIMEOUT.as_millis() as u64)]
     request_timeout_ms: u64,
+    /// Longest a request may take to arrive once it has started, in ms (0: no limit).
+    #[arg(long, value_name = "MS", default_value_t = defaults::DEFAULT_REQUEST_READ_TIMEOUT.as_millis() as u64)]
+    request_read_timeout_ms: u64,
     /// Calls that may wait for a worker before "server busy".
     #[arg(long, value_name = "N", default_value_t = defaults::DEFAULT_QUEUE_CAPACITY)]
     queue_capacity: usize,
@@ -85,6 +88,7 @@ fn config(a: &Args) -> Config {
         .max_connections(a.max_connections)
         .idle_timeout(millis(a.idle_timeout_ms))
         .request_timeout(millis(a.request_timeout_ms))
+        .request_read_timeout(millis(a.request_read_timeout_ms))
         .queue_capacity(a.queue_capacity)
         .write_high_water(a.write_high_water)
         .http_path(a.http_path.clone());

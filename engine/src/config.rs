@@ -19,6 +19,7 @@ pub struct Config {
     pub(crate) max_connections: usize,
     pub(crate) idle_timeout: Option<Duration>,
     pub(crate) request_timeout: Option<Duration>,
+    pub(crate) request_read_timeout: Option<Duration>,
     pub(crate) workers: usize,
     pub(crate) batch_concurrency: usize,
     pub(crate) queue_capacity: usize,
@@ -45,6 +46,8 @@ pub mod defaults {
     pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
     /// Default [`Config::request_timeout`]: 30 s.
     pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+    /// Default [`Config::request_read_timeout`]: 30 s.
+    pub const DEFAULT_REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(30);
     /// Default [`Config::queue_capacity`]: 4096 calls waiting for a worker.
     pub const DEFAULT_QUEUE_CAPACITY: usize = 4096;
     /// Default [`Config::write_high_water`]: 1 MiB of unsent output per connection.
@@ -69,6 +72,7 @@ impl Default for Config {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
             request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
+            request_read_timeout: Some(DEFAULT_REQUEST_READ_TIMEOUT),
             workers: cores(),
             batch_concurrency: cores(),
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
@@ -133,6 +137,15 @@ impl Config {
     /// `-32001 Request timed out`; the late result is dropped.
     pub fn request_timeout(mut self, t: Option<Duration>) -> Self {
         self.request_timeout = t;
+        self
+    }
+
+    /// Server: the longest a request may take to arrive once its first byte has
+    /// (default [`defaults::DEFAULT_REQUEST_READ_TIMEOUT`]; `None`: no limit). A client
+    /// that trickles a request slower than that is closed (HTTP: `408 Request Timeout`
+    /// first), so slow clients cannot hold connections open indefinitely.
+    pub fn request_read_timeout(mut self, t: Option<Duration>) -> Self {
+        self.request_read_timeout = t;
         self
     }
 

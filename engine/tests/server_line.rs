@@ -276,6 +276,43 @@ fn last_line_without_newline_is_answered_at_end_of_stream() {
 }
 
 #[test]
+fn slow_senders_are_timed_out() {
+    let config = Config::default().request_read_timeout(Some(Duration::from_millis(300)));
+    let mut server = Server::new(demo::engine(config)).unwrap();
+    let tcp = server.listen_tcp("127.0.0.1:0").unwrap();
+    let http = server.listen_http("127.0.0.1:0").unwrap();
+    let handle = server.handle();
+    let thread = std::thread::spawn(move || server.run());
+    let connect = |a| {
+        let s = TcpStream::connect(a).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    };
+    // Half a line, then nothing: closed once the request is older than the limit.
+    let mut line = connect(tcp);
+    line.write_all(br#"{"jsonrpc":"2.0","method":"ping""#)
+        .unwrap();
+    // Half an HTTP head: 408, then closed.
+    let mut head = connect(http);
+    head.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Le")
+        .unwrap();
+    // A prompt client on the same server is unaffected.
+    let ping = r#"{"jsonrpc":"2.0","method":"ping","id":1}"#;
+    assert_eq!(exchange(connect(tcp), &[ping], 1)[0]["result"], "pong");
+    let mut rest = Vec::new();
+    line.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    let mut rest = String::new();
+    head.read_to_string(&mut rest).unwrap();
+    assert!(
+        rest.starts_with("HTTP/1.1 408 Request Timeout\r\n"),
+        "{rest}"
+    );
+    handle.shutdown();
+    thread.join().unwrap().unwrap();
+}
+
+#[test]
 fn max_connections_refuses_cleanly() {
     let server = Running::start(Config::default().max_connections(2));
     let a = server.tcp();

@@ -131,6 +131,9 @@ pub(crate) struct Conn {
     pub(crate) slots: VecDeque<Slot>,
     pub(crate) next_slot: u64,
     pub(crate) last_active: Instant,
+    /// Since when part of a request has been waiting for the rest (`None`: between
+    /// requests).
+    pub(crate) partial_since: Option<Instant>,
     /// No more requests will be read (peer closed its side, `Connection: close`, a
     /// fatal framing error, or shutdown).
     pub(crate) read_closed: bool,
@@ -150,6 +153,7 @@ impl Conn {
             slots: VecDeque::new(),
             next_slot: 0,
             last_active: Instant::now(),
+            partial_since: None,
             read_closed: false,
             broken: false,
         }
@@ -203,6 +207,20 @@ impl Conn {
         // A quiet connection gives its buffers back (idle connections cost little).
         if self.out.capacity() > 64 * 1024 {
             self.out = Vec::new();
+        }
+    }
+
+    /// Notes whether a request is partly received, to time out slow senders.
+    pub(crate) fn track_partial(&mut self, now: Instant) {
+        let partial = !self.rbuf.is_empty()
+            || match &self.decoder {
+                Decoder::Line(_) => false,
+                Decoder::Http(d) => !d.is_idle(),
+            };
+        if !partial || self.read_closed {
+            self.partial_since = None;
+        } else if self.partial_since.is_none() {
+            self.partial_since = Some(now);
         }
     }
 

@@ -147,6 +147,9 @@ pub(super) fn run(server: Server) -> io::Result<()> {
         expire(&mut ctx, &mut conns, &poll, &mut again);
         if last_sweep.elapsed() >= Duration::from_secs(1) {
             last_sweep = Instant::now();
+            if let Some(limit) = ctx.engine.config().request_read_timeout {
+                slow_senders(&mut conns, &poll, limit);
+            }
             if let Some(idle) = ctx.engine.config().idle_timeout {
                 let stale: Vec<usize> = conns
                     .iter()
@@ -199,6 +202,33 @@ pub(super) fn run(server: Server) -> io::Result<()> {
     drop(conns);
     ctx.pool.shutdown();
     Ok(())
+}
+
+/// Closes connections whose current request has been arriving for longer than `limit`
+/// (HTTP: after a `408 Request Timeout`). Answers already owed are still written first.
+fn slow_senders(conns: &mut Slab<Conn>, poll: &mio::Poll, limit: Duration) {
+    let slow: Vec<usize> = conns
+        .iter()
+        .filter(|(_, c)| c.partial_since.is_some_and(|t| t.elapsed() > limit))
+        .map(|(k, _)| k)
+        .collect();
+    for key in slow {
+        let Some(conn) = conns.get_mut(key) else {
+            continue;
+        };
+        conn.read_closed = true;
+        conn.partial_since = None;
+        conn.rbuf = BytesMut::new();
+        if matches!(conn.decoder, Decoder::Http(_)) {
+            let mark = conn.out.len();
+            http::write_status(&mut conn.out, 408, false, None, false);
+            queue_if_behind(conn, mark);
+        }
+        conn.flush();
+        if conn.finished() {
+            close(poll, conns, key);
+        }
+    }
 }
 
 fn next_timeout(ctx: &Ctx, stopping: bool) -> Duration {
@@ -332,6 +362,7 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
     if conn.rbuf.is_empty() && conn.rbuf.capacity() > 0 {
         conn.rbuf = BytesMut::new();
     }
+    conn.track_partial(conn.last_active);
     conn.flush();
     // Not read dry, and free to read again now that the output went out (or the read
     // budget ran out): revisit it, since no new edge may come. If the output is still

@@ -416,7 +416,6 @@ impl HttpDecoder {
         &self.limits
     }
 
-    #[cfg(test)]
     /// True between requests: no part of a request has been consumed (bytes of the next
     /// head may still be waiting in the buffer). An idle-timeout can close silently
     /// when this holds and the buffer is empty, and answer 408 otherwise.
