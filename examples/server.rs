@@ -34,6 +34,9 @@ struct Args {
     /// Serve stdin/stdout instead (newline-delimited, MCP style); no sockets.
     #[arg(long)]
     stdio: bool,
+    /// Event-loop threads (SO_REUSEPORT listeners; default 1).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    reactors: usize,
     /// Worker threads for blocking methods (default: number of cores).
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
@@ -91,6 +94,7 @@ fn config(a: &Args) -> Config {
         .request_read_timeout(millis(a.request_read_timeout_ms))
         .queue_capacity(a.queue_capacity)
         .write_high_water(a.write_high_water)
+        .reactors(a.reactors)
         .http_path(a.http_path.clone());
     if let Some(n) = a.workers {
         c = c.workers(n);

@@ -21,6 +21,7 @@ pub struct Config {
     pub(crate) request_timeout: Option<Duration>,
     pub(crate) request_read_timeout: Option<Duration>,
     pub(crate) workers: usize,
+    pub(crate) reactors: usize,
     pub(crate) batch_concurrency: usize,
     pub(crate) queue_capacity: usize,
     pub(crate) write_high_water: usize,
@@ -74,6 +75,7 @@ impl Default for Config {
             request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
             request_read_timeout: Some(DEFAULT_REQUEST_READ_TIMEOUT),
             workers: cores(),
+            reactors: 1,
             batch_concurrency: cores(),
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
             write_high_water: DEFAULT_WRITE_HIGH_WATER,
@@ -146,6 +148,15 @@ impl Config {
     /// first), so slow clients cannot hold connections open indefinitely.
     pub fn request_read_timeout(mut self, t: Option<Duration>) -> Self {
         self.request_read_timeout = t;
+        self
+    }
+
+    /// Server: event-loop threads (default 1). Each has its own TCP listening sockets
+    /// on the same addresses (`SO_REUSEPORT`: the kernel spreads new connections over
+    /// them); Unix sockets and signals stay on the first. One is right when the server
+    /// has one core to itself; more when it has several.
+    pub fn reactors(mut self, n: usize) -> Self {
+        self.reactors = n.max(1);
         self
     }
 

@@ -276,6 +276,41 @@ fn last_line_without_newline_is_answered_at_end_of_stream() {
 }
 
 #[test]
+fn several_reactors_share_the_listeners() {
+    let server = Running::start(Config::default().reactors(3).max_connections(40));
+    let threads: Vec<_> = (0..30)
+        .map(|c| {
+            let s = server.tcp();
+            std::thread::spawn(move || {
+                let lines: Vec<String> = (0..20)
+                    .map(|i| {
+                        format!(r#"{{"jsonrpc":"2.0","method":"add","params":[{c},{i}],"id":{i}}}"#)
+                    })
+                    .collect();
+                let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+                let got = exchange(s, &lines, 20);
+                for (i, g) in got.iter().enumerate() {
+                    assert_eq!(g["id"], i);
+                    assert_eq!(g["result"], c + i);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    // A blocking call on the shared pool from another reactor's connection, then a
+    // graceful shutdown that stops every reactor.
+    let got = exchange(
+        server.tcp(),
+        &[r#"{"jsonrpc":"2.0","method":"sleep","params":{"ms":10},"id":"s"}"#],
+        1,
+    );
+    assert_eq!(got[0]["id"], "s");
+    server.stop();
+}
+
+#[test]
 fn slow_senders_are_timed_out() {
     let config = Config::default().request_read_timeout(Some(Duration::from_millis(300)));
     let mut server = Server::new(demo::engine(config)).unwrap();

@@ -4,6 +4,8 @@
 use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
@@ -118,6 +120,22 @@ impl Slot {
 /// server stops reading from it.
 pub(crate) const MAX_SLOTS: usize = 1024;
 
+/// Counts a connection as open (across all reactors) for as long as it lives.
+pub(crate) struct OpenGuard(Arc<AtomicUsize>);
+
+impl OpenGuard {
+    pub(crate) fn new(open: Arc<AtomicUsize>) -> Self {
+        open.fetch_add(1, Ordering::Relaxed);
+        Self(open)
+    }
+}
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// One client connection.
 pub(crate) struct Conn {
     pub(crate) stream: Stream,
@@ -139,10 +157,11 @@ pub(crate) struct Conn {
     pub(crate) read_closed: bool,
     /// The socket failed: drop the connection without writing more.
     pub(crate) broken: bool,
+    _open: OpenGuard,
 }
 
 impl Conn {
-    pub(crate) fn new(stream: Stream, decoder: Decoder, generation: u64) -> Self {
+    pub(crate) fn new(stream: Stream, decoder: Decoder, generation: u64, open: OpenGuard) -> Self {
         Self {
             stream,
             decoder,
@@ -156,6 +175,7 @@ impl Conn {
             partial_since: None,
             read_closed: false,
             broken: false,
+            _open: open,
         }
     }
 

@@ -34,6 +34,21 @@ use mio::net::{TcpListener, UnixListener};
 
 use crate::engine::Engine;
 
+/// A non-blocking TCP listener on `addr`; with `reuse_port`, further listeners can bind
+/// the same address (one per reactor) and the kernel spreads connections over them.
+pub(crate) fn bind_tcp(addr: SocketAddr, reuse_port: bool) -> io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    s.set_reuse_address(true)?;
+    if reuse_port {
+        s.set_reuse_port(true)?;
+    }
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    s.listen(1024)?;
+    Ok(TcpListener::from_std(s.into()))
+}
+
 /// The kind of a listener.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Proto {
@@ -102,10 +117,11 @@ impl Server {
         })
     }
 
-    fn bind(addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
+    fn bind(&self, addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
+        let reuse_port = self.engine.config().reactors > 1;
         let mut last = None;
         for a in addr.to_socket_addrs()? {
-            match TcpListener::bind(a) {
+            match bind_tcp(a, reuse_port) {
                 Ok(l) => return Ok(l),
                 Err(e) => last = Some(e),
             }
@@ -120,7 +136,7 @@ impl Server {
     ///
     /// If the address cannot be bound.
     pub fn listen_tcp(&mut self, addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
-        let l = Self::bind(addr)?;
+        let l = self.bind(addr)?;
         let a = l.local_addr()?;
         self.listeners.push(Listener::Tcp(l, Proto::Line));
         Ok(a)
@@ -132,7 +148,7 @@ impl Server {
     ///
     /// If the address cannot be bound.
     pub fn listen_http(&mut self, addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
-        let l = Self::bind(addr)?;
+        let l = self.bind(addr)?;
         let a = l.local_addr()?;
         self.listeners.push(Listener::Tcp(l, Proto::Http));
         Ok(a)

@@ -4,7 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::{self, Read};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,8 +13,9 @@ use crossbeam_channel::Receiver;
 use mio::{Events, Interest, Token};
 use slab::Slab;
 
-use super::conn::{Conn, Decoder, Elem, ElemState, Slot, Stream};
+use super::conn::{Conn, Decoder, Elem, ElemState, OpenGuard, Slot, Stream};
 use super::{Listener, Proto, Server};
+
 use crate::engine::{Deferred, Engine, Outcome, OwnedId, Scratch, Split};
 use crate::error::ErrorCode;
 use crate::pool::{Done, Job, Pool, ReplyTo, Tag};
@@ -35,23 +36,114 @@ struct Ctx {
     engine: Arc<Engine>,
     scratch: Scratch,
     deferred: Vec<Deferred>,
-    pool: Pool,
+    pool: Arc<Pool>,
+    /// Connections open across all reactors.
+    open: Arc<AtomicUsize>,
     reply_to: Arc<ReplyTo>,
     /// (deadline, connection, generation, slot)
     timers: BinaryHeap<Reverse<(Instant, usize, u64, u64)>>,
 }
 
+/// What one reactor thread owns.
+struct Parts {
+    engine: Arc<Engine>,
+    poll: mio::Poll,
+    listeners: Vec<Listener>,
+    stop: Arc<AtomicBool>,
+    waker: Arc<mio::Waker>,
+    signals: Option<std::os::unix::net::UnixStream>,
+    pool: Arc<Pool>,
+    open: Arc<AtomicUsize>,
+    /// The other reactors' wakers (on the first reactor only), woken at shutdown.
+    peers: Vec<Arc<mio::Waker>>,
+}
+
 pub(super) fn run(server: Server) -> io::Result<()> {
     let Server {
+        engine,
+        poll,
+        listeners,
+        stop,
+        waker,
+        signals,
+    } = server;
+    let config = engine.config().clone();
+    let pool = Arc::new(Pool::start(
+        Arc::clone(&engine),
+        config.workers,
+        config.queue_capacity,
+    )?);
+    let open = Arc::new(AtomicUsize::new(0));
+    // Further reactors: their own poll and their own TCP listeners bound beside the
+    // first ones (SO_REUSEPORT).
+    let mut peers = Vec::new();
+    let mut threads = Vec::new();
+    for i in 1..config.reactors {
+        let poll = mio::Poll::new()?;
+        let waker = Arc::new(mio::Waker::new(poll.registry(), WAKER)?);
+        let mut mine = Vec::new();
+        for l in &listeners {
+            if let Listener::Tcp(l, proto) = l {
+                mine.push(Listener::Tcp(
+                    super::bind_tcp(l.local_addr()?, true)?,
+                    *proto,
+                ));
+            }
+        }
+        peers.push(Arc::clone(&waker));
+        let parts = Parts {
+            engine: Arc::clone(&engine),
+            poll,
+            listeners: mine,
+            stop: Arc::clone(&stop),
+            waker,
+            signals: None,
+            pool: Arc::clone(&pool),
+            open: Arc::clone(&open),
+            peers: Vec::new(),
+        };
+        let t = std::thread::Builder::new()
+            .name(format!("ringrpc-reactor-{i}"))
+            .spawn(move || serve(parts))?;
+        threads.push(t);
+    }
+    let result = serve(Parts {
+        engine,
+        poll,
+        listeners,
+        stop: Arc::clone(&stop),
+        waker,
+        signals,
+        pool: Arc::clone(&pool),
+        open,
+        peers: peers.clone(),
+    });
+    stop.store(true, Ordering::SeqCst);
+    for p in &peers {
+        let _ = p.wake();
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    if let Ok(pool) = Arc::try_unwrap(pool) {
+        pool.shutdown();
+    }
+    result
+}
+
+/// One reactor's event loop, until shutdown.
+fn serve(parts: Parts) -> io::Result<()> {
+    let Parts {
         engine,
         mut poll,
         mut listeners,
         stop,
         waker,
         signals,
-    } = server;
-    let config = engine.config().clone();
-    let pool = Pool::start(Arc::clone(&engine), config.workers, config.queue_capacity)?;
+        pool,
+        open,
+        peers,
+    } = parts;
     let (done_tx, done_rx) = crossbeam_channel::unbounded::<Done>();
     let reply_to = Arc::new(ReplyTo {
         done: done_tx,
@@ -78,6 +170,7 @@ pub(super) fn run(server: Server) -> io::Result<()> {
         engine,
         deferred: Vec::new(),
         pool,
+        open,
         reply_to,
         timers: BinaryHeap::new(),
     };
@@ -164,6 +257,9 @@ pub(super) fn run(server: Server) -> io::Result<()> {
         if stop.load(Ordering::SeqCst) && stopping.is_none() {
             // Stop accepting; read nothing new; answer what was received.
             stopping = Some(Instant::now());
+            for p in &peers {
+                let _ = p.wake();
+            }
             for l in listeners.iter_mut() {
                 let _ = match l {
                     Listener::Tcp(l, _) => poll.registry().deregister(l),
@@ -200,7 +296,6 @@ pub(super) fn run(server: Server) -> io::Result<()> {
         }
     }
     drop(conns);
-    ctx.pool.shutdown();
     Ok(())
 }
 
@@ -281,7 +376,7 @@ fn accept(
                 Err(e) => return Err(e),
             },
         };
-        if conns.len() >= config.max_connections {
+        if ctx.open.load(Ordering::Relaxed) >= config.max_connections {
             // Refused cleanly: accepted and closed at once; the others are unaffected.
             drop(stream);
             continue;
@@ -289,7 +384,8 @@ fn accept(
         *generation += 1;
         let entry = conns.vacant_entry();
         let key = entry.key();
-        let mut conn = Conn::new(stream, decoder, *generation);
+        let guard = OpenGuard::new(Arc::clone(&ctx.open));
+        let mut conn = Conn::new(stream, decoder, *generation, guard);
         poll.registry().register(
             conn.stream.source(),
             Token(CONN0 + key),
