@@ -7,8 +7,10 @@
 //! losing the call. A handler that panics is caught by dispatch (`-32603`), so workers
 //! never die of one.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use bytes::Bytes;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
@@ -28,6 +30,8 @@ pub(crate) struct Job {
     /// Which connection, slot and element this answers (opaque to the pool).
     pub(crate) tag: Tag,
     pub(crate) reply_to: Arc<ReplyTo>,
+    /// Past this the caller has been answered `-32001` already: the job is skipped.
+    pub(crate) deadline: Option<Instant>,
 }
 
 /// Identifies the answer's destination on its reactor.
@@ -49,6 +53,8 @@ pub(crate) struct Done {
 pub(crate) struct Pool {
     tx: Option<Sender<Job>>,
     threads: Vec<JoinHandle<()>>,
+    /// Set at shutdown: queued jobs are dropped (every caller was answered or is gone).
+    stopping: Arc<AtomicBool>,
 }
 
 impl Pool {
@@ -59,17 +65,19 @@ impl Pool {
         capacity: usize,
     ) -> std::io::Result<Self> {
         let (tx, rx) = bounded::<Job>(capacity);
+        let stopping = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::with_capacity(workers);
         for i in 0..workers {
-            let (engine, rx) = (Arc::clone(&engine), rx.clone());
+            let (engine, rx, stopping) = (Arc::clone(&engine), rx.clone(), Arc::clone(&stopping));
             let t = std::thread::Builder::new()
                 .name(format!("ringrpc-worker-{i}"))
-                .spawn(move || work(&engine, &rx))?;
+                .spawn(move || work(&engine, &rx, &stopping))?;
             threads.push(t);
         }
         Ok(Self {
             tx: Some(tx),
             threads,
+            stopping,
         })
     }
 
@@ -83,8 +91,9 @@ impl Pool {
         }
     }
 
-    /// Lets the workers finish the queued jobs, then joins them.
+    /// Drops the queued jobs, lets the running ones finish, and joins the workers.
     pub(crate) fn shutdown(mut self) {
+        self.stopping.store(true, Ordering::SeqCst);
         self.tx = None;
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -92,9 +101,12 @@ impl Pool {
     }
 }
 
-fn work(engine: &Engine, rx: &Receiver<Job>) {
+fn work(engine: &Engine, rx: &Receiver<Job>, stopping: &AtomicBool) {
     let mut scratch = engine.scratch();
     while let Ok(job) = rx.recv() {
+        if stopping.load(Ordering::Relaxed) || job.deadline.is_some_and(|d| Instant::now() >= d) {
+            continue;
+        }
         let mut reply = Vec::new();
         if engine.handle(&job.frame, &mut scratch, &mut reply) == Outcome::Nothing {
             reply.clear();
@@ -111,7 +123,7 @@ fn work(engine: &Engine, rx: &Receiver<Job>) {
 mod tests {
     use super::*;
     use crate::{demo, Config};
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::AtomicUsize;
     use std::time::{Duration, Instant};
 
     fn setup(workers: usize, capacity: usize) -> (Pool, Arc<ReplyTo>, Receiver<Done>, mio::Poll) {
@@ -153,6 +165,7 @@ mod tests {
                 element,
             },
             reply_to: Arc::clone(reply_to),
+            deadline: None,
         }
     }
 

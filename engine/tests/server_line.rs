@@ -348,6 +348,35 @@ fn slow_senders_are_timed_out() {
 }
 
 #[test]
+fn a_client_streaming_mid_line_is_not_a_slow_sender() {
+    // Every read ends mid-request, but each request arrives well within the limit.
+    let server =
+        Running::start(Config::default().request_read_timeout(Some(Duration::from_millis(300))));
+    let mut s = server.tcp();
+    let req = |i: usize| format!("{{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":{i}}}\n");
+    let n = 40;
+    let first = req(0);
+    s.write_all(&first.as_bytes()[..10]).unwrap();
+    let mut pending = first.as_bytes()[10..].to_vec();
+    for i in 1..n {
+        let next = req(i);
+        pending.extend_from_slice(&next.as_bytes()[..10]);
+        s.write_all(&pending).unwrap();
+        pending = next.as_bytes()[10..].to_vec();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    s.write_all(&pending).unwrap();
+    let mut r = BufReader::new(s);
+    for i in 0..n {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+        assert_eq!(v["id"], i);
+    }
+    server.stop();
+}
+
+#[test]
 fn max_connections_refuses_cleanly() {
     let server = Running::start(Config::default().max_connections(2));
     let a = server.tcp();

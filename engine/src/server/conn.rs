@@ -84,6 +84,8 @@ pub(crate) struct Slot {
     pub(crate) remaining: usize,
     /// Elements on the pool now.
     pub(crate) submitted: usize,
+    /// When the pending elements are answered `-32001` (`request_timeout`).
+    pub(crate) deadline: Option<Instant>,
 }
 
 impl Slot {
@@ -100,6 +102,7 @@ impl Slot {
             elems: Vec::new(),
             remaining: 0,
             submitted: 0,
+            deadline: None,
         }
     }
 
@@ -239,7 +242,9 @@ impl Conn {
             };
         if !partial || self.read_closed {
             self.partial_since = None;
-        } else if self.partial_since.is_none() {
+        } else if self.partial_since.is_none() && self.slots.len() < MAX_SLOTS {
+            // (While the server itself holds reading back, the pause is not the
+            // client's; see `may_read`.)
             self.partial_since = Some(now);
         }
     }

@@ -28,6 +28,9 @@ const SIGNALS: Token = Token(1);
 const LISTENER0: usize = 2;
 const CONN0: usize = 1 << 16;
 
+/// How long accepting pauses after running out of file descriptors.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+
 /// Free space asked for before each read.
 const READ_CHUNK: usize = 16 * 1024;
 
@@ -179,12 +182,15 @@ fn serve(parts: Parts) -> io::Result<()> {
     let mut generation = 0u64;
     let mut last_sweep = Instant::now();
     let mut stopping: Option<Instant> = None;
+    // Accepting is paused until then after running out of file descriptors.
+    let mut accept_paused: Option<Instant> = None;
     // Connections that used up their read budget with bytes possibly left.
     let mut again: Vec<(usize, u64)> = Vec::new();
     let mut again_next: Vec<(usize, u64)> = Vec::new();
     loop {
         let timeout = if again.is_empty() {
-            next_timeout(&ctx, stopping.is_some())
+            let t = next_timeout(&ctx, stopping.is_some());
+            accept_paused.map_or(t, |at| t.min(at.saturating_duration_since(Instant::now())))
         } else {
             Duration::ZERO
         };
@@ -217,7 +223,9 @@ fn serve(parts: Parts) -> io::Result<()> {
                 Token(t) => {
                     if stopping.is_none() {
                         if let Some(l) = listeners.get_mut(t - LISTENER0) {
-                            accept(&poll, l, &mut conns, &mut generation, &ctx)?;
+                            if accept(&poll, l, &mut conns, &mut generation, &ctx)? {
+                                accept_paused = Some(Instant::now() + ACCEPT_PAUSE);
+                            }
                         }
                     }
                 }
@@ -232,6 +240,15 @@ fn serve(parts: Parts) -> io::Result<()> {
                     if conn.finished() {
                         close(&poll, &mut conns, key);
                     }
+                }
+            }
+        }
+        if accept_paused.is_some_and(|at| Instant::now() >= at) && stopping.is_none() {
+            // Readiness edges were consumed while paused: try every listener again.
+            accept_paused = None;
+            for l in listeners.iter_mut() {
+                if accept(&poll, l, &mut conns, &mut generation, &ctx)? {
+                    accept_paused = Some(Instant::now() + ACCEPT_PAUSE);
                 }
             }
         }
@@ -344,13 +361,15 @@ fn close(poll: &mio::Poll, conns: &mut Slab<Conn>, key: usize) {
     }
 }
 
+/// Accepts every pending connection on `l`. Returns whether accepting stopped because
+/// file descriptors or memory ran out (then retry after a pause).
 fn accept(
     poll: &mio::Poll,
     l: &mut Listener,
     conns: &mut Slab<Conn>,
     generation: &mut u64,
     ctx: &Ctx,
-) -> io::Result<()> {
+) -> io::Result<bool> {
     let config = ctx.engine.config();
     loop {
         let (stream, decoder) = match l {
@@ -365,15 +384,15 @@ fn accept(
                     };
                     (Stream::Tcp(s), d)
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if is_transient(&e) => continue,
-                Err(e) => return Err(e),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if is_exhausted(&e) => return Ok(true),
+                Err(_) => continue,
             },
             Listener::Unix(l, _) => match l.accept() {
                 Ok((s, _)) => (Stream::Unix(s), Decoder::Line(ctx.engine.decoder())),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if is_transient(&e) => continue,
-                Err(e) => return Err(e),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if is_exhausted(&e) => return Ok(true),
+                Err(_) => continue,
             },
         };
         if ctx.open.load(Ordering::Relaxed) >= config.max_connections {
@@ -386,24 +405,23 @@ fn accept(
         let key = entry.key();
         let guard = OpenGuard::new(Arc::clone(&ctx.open));
         let mut conn = Conn::new(stream, decoder, *generation, guard);
-        poll.registry().register(
+        let registered = poll.registry().register(
             conn.stream.source(),
             Token(CONN0 + key),
             Interest::READABLE | Interest::WRITABLE,
-        )?;
-        entry.insert(conn);
+        );
+        if registered.is_ok() {
+            entry.insert(conn);
+        }
     }
 }
 
-/// Errors from `accept` that concern one connection (or a passing shortage), not the
-/// listener: keep accepting.
-fn is_transient(e: &io::Error) -> bool {
+/// `accept` failing for lack of file descriptors or memory: the pending connection
+/// stays queued, so accepting again at once would fail again (a busy loop). The caller
+/// pauses accepting briefly instead. Any other accept error concerns one connection
+/// (reset before it was accepted, a network error Linux reports here): skip it.
+fn is_exhausted(e: &io::Error) -> bool {
     matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::Interrupted
-    ) || matches!(
         e.raw_os_error(),
         Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
     )
@@ -469,6 +487,8 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
 /// Answers every complete request in the read buffer.
 fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize) {
     loop {
+        // Each request is timed from its own first byte (see `Conn::track_partial`).
+        conn.partial_since = None;
         if conn.read_closed && !matches!(conn.decoder, Decoder::Line(_)) {
             return;
         }
@@ -589,9 +609,6 @@ fn answer(ctx: &mut Ctx, conn: &mut Conn, key: usize, frame: BytesMut, http: Opt
         .config()
         .request_timeout
         .map(|t| Instant::now() + t);
-    if let Some(at) = deadline {
-        ctx.timers.push(Reverse((at, key, conn.generation, id)));
-    }
     let remaining = elems.len();
     conn.slots.push_back(Slot {
         id,
@@ -600,15 +617,22 @@ fn answer(ctx: &mut Ctx, conn: &mut Conn, key: usize, frame: BytesMut, http: Opt
         batch: matches!(split, Split::Batch { .. }),
         buf,
         wrote,
-        frame: frame.freeze(),
+        // A copy: a shared slice would keep the whole read buffer alive while the
+        // call waits for the pool. The copy is small next to a blocking call.
+        frame: bytes::Bytes::copy_from_slice(&frame),
         elems,
         remaining,
         submitted: 0,
+        deadline,
     });
     if let Some(slot) = conn.slots.back_mut() {
         submit(ctx, slot, key, conn.generation);
         if slot.remaining == 0 {
             finish(slot);
+        } else if let Some(at) = deadline {
+            // Only calls still pending get a timer: the heap holds no dead entries for
+            // calls answered at once (e.g. "server busy").
+            ctx.timers.push(Reverse((at, key, conn.generation, id)));
         }
     }
     conn.release_ready();
@@ -634,6 +658,7 @@ fn submit(ctx: &mut Ctx, slot: &mut Slot, conn: usize, generation: u64) {
                 element: i as u32,
             },
             reply_to: Arc::clone(&ctx.reply_to),
+            deadline: slot.deadline,
         };
         match ctx.pool.try_submit(job) {
             Ok(()) => {

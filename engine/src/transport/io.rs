@@ -6,7 +6,9 @@ use std::os::fd::RawFd;
 use bytes::BytesMut;
 
 /// Reads once from `fd` into the spare capacity of `buf` (reserving `min_free` bytes
-/// first) and returns how many bytes arrived; `Ok(0)` is end of stream.
+/// first, and reading at most `min_free`, so one read cannot take in much more than the
+/// caller's limits were checked for) and returns how many bytes arrived; `Ok(0)` is end
+/// of stream.
 ///
 /// `std::io::Read` needs an initialized slice, which would mean zeroing the buffer's
 /// free space (up to 64 KiB) before every read — more than the rest of a small
@@ -15,6 +17,8 @@ use bytes::BytesMut;
 pub(crate) fn read_into(fd: RawFd, buf: &mut BytesMut, min_free: usize) -> io::Result<usize> {
     buf.reserve(min_free);
     let spare = buf.spare_capacity_mut();
+    let n = min_free.min(spare.len());
+    let spare = &mut spare[..n];
     // SAFETY: `spare` is writable memory owned by `buf`, `spare.len()` bytes long, and
     // read(2) writes at most that many bytes into it.
     let n = unsafe { libc::read(fd, spare.as_mut_ptr().cast(), spare.len()) };
