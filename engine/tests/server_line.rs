@@ -377,6 +377,37 @@ fn a_client_streaming_mid_line_is_not_a_slow_sender() {
 }
 
 #[test]
+fn a_refusal_reaches_a_client_still_sending() {
+    // 413 for a body over the limit, then close: the answer must not be destroyed by a
+    // reset caused by the unread rest of the body.
+    let mut server = Server::new(demo::engine(Config::default().max_request_bytes(1024))).unwrap();
+    let http = server.listen_http("127.0.0.1:0").unwrap();
+    let handle = server.handle();
+    let thread = std::thread::spawn(move || server.run());
+    for _ in 0..10 {
+        let mut s = TcpStream::connect(http).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let body = vec![b' '; 200 * 1024];
+        let head = format!(
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let mut w = s.try_clone().unwrap();
+        let writer = std::thread::spawn(move || {
+            let _ = w.write_all(head.as_bytes());
+            let _ = w.write_all(&body);
+        });
+        let mut got = Vec::new();
+        let _ = s.read_to_end(&mut got);
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.starts_with("HTTP/1.1 413 "), "{text:?}");
+        writer.join().unwrap();
+    }
+    handle.shutdown();
+    thread.join().unwrap().unwrap();
+}
+
+#[test]
 fn max_connections_refuses_cleanly() {
     let server = Running::start(Config::default().max_connections(2));
     let a = server.tcp();

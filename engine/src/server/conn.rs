@@ -29,10 +29,25 @@ impl Stream {
         }
     }
 
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use std::io::Read;
+        match self {
+            Self::Tcp(s) => s.read(buf),
+            Self::Unix(s) => s.read(buf),
+        }
+    }
+
     pub(crate) fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Self::Tcp(s) => s.write(buf),
             Self::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn shutdown_write(&self) -> io::Result<()> {
+        match self {
+            Self::Tcp(s) => s.shutdown(std::net::Shutdown::Write),
+            Self::Unix(s) => s.shutdown(std::net::Shutdown::Write),
         }
     }
 
@@ -139,6 +154,9 @@ impl Drop for OpenGuard {
     }
 }
 
+/// The longest a connection the server closes keeps discarding the peer's input.
+pub(crate) const LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// One client connection.
 pub(crate) struct Conn {
     pub(crate) stream: Stream,
@@ -160,6 +178,11 @@ pub(crate) struct Conn {
     pub(crate) read_closed: bool,
     /// The socket failed: drop the connection without writing more.
     pub(crate) broken: bool,
+    /// The peer closed its sending side (read returned end of stream).
+    pub(crate) peer_eof: bool,
+    /// Closing gracefully: our side is shut down and unread input is discarded until
+    /// the peer closes or this passes (see [`Conn::finished`]).
+    pub(crate) linger_until: Option<Instant>,
     _open: OpenGuard,
 }
 
@@ -178,6 +201,8 @@ impl Conn {
             partial_since: None,
             read_closed: false,
             broken: false,
+            peer_eof: false,
+            linger_until: None,
             _open: open,
         }
     }
@@ -255,7 +280,56 @@ impl Conn {
     }
 
     /// Whether the connection is finished and can be dropped.
-    pub(crate) fn finished(&self) -> bool {
-        self.broken || (self.read_closed && self.idle())
+    ///
+    /// When the server ends a connection the peer is still sending on (a `413`, a
+    /// `Connection: close` with more pipelined, a slow sender), closing at once with
+    /// unread input makes the kernel send a reset, which can destroy the last answer
+    /// before the peer reads it. So the server first shuts down its sending side and
+    /// discards input until the peer closes, for at most [`LINGER`].
+    pub(crate) fn finished(&mut self) -> bool {
+        if self.broken {
+            return true;
+        }
+        if !(self.read_closed && self.idle()) {
+            return false;
+        }
+        if self.peer_eof {
+            return true;
+        }
+        match self.linger_until {
+            None => {
+                if self.stream.shutdown_write().is_err() {
+                    return true;
+                }
+                self.linger_until = Some(Instant::now() + LINGER);
+                self.rbuf = BytesMut::new();
+                self.discard_input();
+                self.peer_eof || self.broken
+            }
+            Some(until) => {
+                self.discard_input();
+                self.peer_eof || self.broken || Instant::now() >= until
+            }
+        }
+    }
+
+    /// Reads and drops whatever the peer sends (while lingering).
+    pub(crate) fn discard_input(&mut self) {
+        let mut sink = [0u8; 4096];
+        loop {
+            match self.stream.read(&mut sink) {
+                Ok(0) => {
+                    self.peer_eof = true;
+                    return;
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => {
+                    self.broken = true;
+                    return;
+                }
+            }
+        }
     }
 }

@@ -257,6 +257,16 @@ fn serve(parts: Parts) -> io::Result<()> {
         expire(&mut ctx, &mut conns, &poll, &mut again);
         if last_sweep.elapsed() >= Duration::from_secs(1) {
             last_sweep = Instant::now();
+            let lingering: Vec<usize> = conns
+                .iter()
+                .filter(|(_, c)| c.linger_until.is_some())
+                .map(|(k, _)| k)
+                .collect();
+            for k in lingering {
+                if conns.get_mut(k).is_some_and(|c| c.finished()) {
+                    close(&poll, &mut conns, k);
+                }
+            }
             if let Some(limit) = ctx.engine.config().request_read_timeout {
                 slow_senders(&mut conns, &poll, limit);
             }
@@ -437,6 +447,10 @@ const READ_BUDGET: usize = 4;
 /// caller revisits it after serving the others, so one busy pipelining client cannot
 /// starve the rest.
 fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
+    if conn.linger_until.is_some() {
+        conn.discard_input();
+        return false;
+    }
     conn.flush();
     let high_water = ctx.engine.config().write_high_water;
     let mut reads = 0;
@@ -456,6 +470,7 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
                     decode(ctx, conn, key);
                 }
                 conn.read_closed = true;
+                conn.peer_eof = true;
             }
             Ok(_) => {
                 reads += 1;
