@@ -30,9 +30,11 @@
 //! Each thread (`--threads`) drives its share of the connections with its own `mio`
 //! poll, edge-triggered. Requests are serialized once at start-up (each distinct message,
 //! with its HTTP head); sending one copies it into the connection's write buffer and
-//! patches its fixed-width ids in place. Responses are parsed in place (borrowed serde
-//! structs, batches walked element by element), so the steady-state loop does not
-//! allocate.
+//! patches its fixed-width ids in place. An answer spelled as compact encoders write it
+//! (`{"jsonrpc":"2.0","id":ID,"result":R}`, or a batch of those) with exactly the
+//! expected `R` is checked by comparing bytes; any other is parsed in place with
+//! serde_json (borrowed structs, batches walked element by element). Either way the
+//! steady-state loop does not allocate.
 
 use std::collections::VecDeque;
 use std::fmt;
