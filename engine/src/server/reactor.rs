@@ -81,34 +81,61 @@ pub(super) fn run(server: Server) -> io::Result<()> {
     // first ones (SO_REUSEPORT).
     let mut peers = Vec::new();
     let mut threads = Vec::new();
-    for i in 1..config.reactors {
-        let poll = mio::Poll::new()?;
-        let waker = Arc::new(mio::Waker::new(poll.registry(), WAKER)?);
-        let mut mine = Vec::new();
-        for l in &listeners {
-            if let Listener::Tcp(l, proto) = l {
-                mine.push(Listener::Tcp(
-                    super::bind_tcp(l.local_addr()?, true)?,
-                    *proto,
-                ));
+    let stop_all = |peers: &[Arc<mio::Waker>],
+                    threads: Vec<std::thread::JoinHandle<io::Result<()>>>| {
+        stop.store(true, Ordering::SeqCst);
+        for p in peers {
+            let _ = p.wake();
+        }
+        let mut first_err = None;
+        for t in threads {
+            if let Ok(Err(e)) = t.join() {
+                first_err.get_or_insert(e);
             }
         }
-        peers.push(Arc::clone(&waker));
-        let parts = Parts {
-            engine: Arc::clone(&engine),
-            poll,
-            listeners: mine,
-            stop: Arc::clone(&stop),
-            waker,
-            signals: None,
-            pool: Arc::clone(&pool),
-            open: Arc::clone(&open),
-            peers: Vec::new(),
-        };
-        let t = std::thread::Builder::new()
-            .name(format!("ringrpc-reactor-{i}"))
-            .spawn(move || serve(parts))?;
-        threads.push(t);
+        first_err
+    };
+    for i in 1..config.reactors {
+        let started =
+            (|| -> io::Result<(Arc<mio::Waker>, std::thread::JoinHandle<io::Result<()>>)> {
+                let poll = mio::Poll::new()?;
+                let waker = Arc::new(mio::Waker::new(poll.registry(), WAKER)?);
+                let mut mine = Vec::new();
+                for l in &listeners {
+                    if let Listener::Tcp(l, proto) = l {
+                        mine.push(Listener::Tcp(
+                            super::bind_tcp(l.local_addr()?, true)?,
+                            *proto,
+                        ));
+                    }
+                }
+                let parts = Parts {
+                    engine: Arc::clone(&engine),
+                    poll,
+                    listeners: mine,
+                    stop: Arc::clone(&stop),
+                    waker: Arc::clone(&waker),
+                    signals: None,
+                    pool: Arc::clone(&pool),
+                    open: Arc::clone(&open),
+                    peers: Vec::new(),
+                };
+                let t = std::thread::Builder::new()
+                    .name(format!("ringrpc-reactor-{i}"))
+                    .spawn(move || serve(parts))?;
+                Ok((waker, t))
+            })();
+        match started {
+            Ok((waker, t)) => {
+                peers.push(waker);
+                threads.push(t);
+            }
+            Err(e) => {
+                // Stop the reactors already running before reporting.
+                stop_all(&peers, threads);
+                return Err(e);
+            }
+        }
     }
     let result = serve(Parts {
         engine,
@@ -121,17 +148,14 @@ pub(super) fn run(server: Server) -> io::Result<()> {
         open,
         peers: peers.clone(),
     });
-    stop.store(true, Ordering::SeqCst);
-    for p in &peers {
-        let _ = p.wake();
-    }
-    for t in threads {
-        let _ = t.join();
-    }
+    let peer_err = stop_all(&peers, threads);
     if let Ok(pool) = Arc::try_unwrap(pool) {
         pool.shutdown();
     }
-    result
+    match (result, peer_err) {
+        (Err(e), _) | (Ok(()), Some(e)) => Err(e),
+        (Ok(()), None) => Ok(()),
+    }
 }
 
 /// One reactor's event loop, until shutdown.
