@@ -5,9 +5,9 @@
 #   bash benches/scripts/compare.sh [SECONDS] [ROUNDS]
 #
 # Placements: "split" = server on CPU 1, loadgen on CPU 0; "shared" = both on CPU 0.
-# Throughput runs use --no-verify for every server alike (verifying every answer makes
-# loadgen itself the bottleneck); a short verified run per server checks correctness
-# first. Each round measures all servers back to back; prints one JSON summary per run,
+# Throughput runs use --no-verify for every server alike, so the client's cost per
+# answer is the same whichever server answers; a short verified run per server checks
+# correctness first. Each round measures all servers back to back; prints one JSON summary per run,
 # prefixed by its label, and the server's CPU seconds during the run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
