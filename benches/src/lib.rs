@@ -40,6 +40,35 @@ struct Subtract {
 
 const OVERFLOW: &str = "the result overflows a 64-bit signed integer";
 
+/// Answers a batch's elements with `single`, one array in `out`; writes nothing (and
+/// returns false) when every element was a notification. Shared by both baselines.
+fn batch_array(
+    calls: &[&serde_json::value::RawValue],
+    out: &mut Vec<u8>,
+    single: fn(&[u8], &mut Vec<u8>) -> bool,
+) -> bool {
+    let start = out.len();
+    out.push(b'[');
+    let mut any = false;
+    for call in calls {
+        let mark = out.len();
+        if any {
+            out.push(b',');
+        }
+        if single(call.get().as_bytes(), out) {
+            any = true;
+        } else {
+            out.truncate(mark);
+        }
+    }
+    if any {
+        out.push(b']');
+    } else {
+        out.truncate(start);
+    }
+    any
+}
+
 /// The serde_json baseline.
 pub mod serde_json_baseline {
     use std::borrow::Cow;
@@ -143,26 +172,7 @@ pub mod serde_json_baseline {
             );
             return true;
         }
-        let start = out.len();
-        out.push(b'[');
-        let mut any = false;
-        for call in calls {
-            let mark = out.len();
-            if any {
-                out.push(b',');
-            }
-            if single(call.get().as_bytes(), out) {
-                any = true;
-            } else {
-                out.truncate(mark);
-            }
-        }
-        if any {
-            out.push(b']');
-        } else {
-            out.truncate(start);
-        }
-        any
+        super::batch_array(&calls, out, single)
     }
 
     fn single(frame: &[u8], out: &mut Vec<u8>) -> bool {
@@ -343,26 +353,7 @@ pub mod jsonrpsee_baseline {
             write_error(out, Id::Null, ErrorCode::InvalidRequest);
             return true;
         }
-        let start = out.len();
-        out.push(b'[');
-        let mut any = false;
-        for call in calls {
-            let mark = out.len();
-            if any {
-                out.push(b',');
-            }
-            if single(call.get().as_bytes(), out) {
-                any = true;
-            } else {
-                out.truncate(mark);
-            }
-        }
-        if any {
-            out.push(b']');
-        } else {
-            out.truncate(start);
-        }
-        any
+        super::batch_array(&calls, out, single)
     }
 
     fn single(frame: &[u8], out: &mut Vec<u8>) -> bool {
