@@ -752,6 +752,28 @@ fn finish(slot: &mut Slot) {
     slot.elems = Vec::new();
 }
 
+/// After a slot of connection `key` was answered: moves what is ready into the output,
+/// writes, resumes reading (answers owed went down, so it may), and closes the
+/// connection if it is done.
+fn settle(
+    ctx: &mut Ctx,
+    conns: &mut Slab<Conn>,
+    poll: &mio::Poll,
+    key: usize,
+    again: &mut Vec<(usize, u64)>,
+) {
+    let Some(conn) = conns.get_mut(key) else {
+        return;
+    };
+    conn.release_ready();
+    if drive(ctx, conn, key) {
+        again.push((key, conn.generation));
+    }
+    if conn.finished() {
+        close(poll, conns, key);
+    }
+}
+
 /// Puts pool answers into their slots.
 fn completions(
     ctx: &mut Ctx,
@@ -790,15 +812,7 @@ fn completions(
         if s.remaining == 0 {
             finish(s);
         }
-        conn.release_ready();
-        conn.flush();
-        // Answers owed went down: reading may resume.
-        if drive(ctx, conn, key) {
-            again.push((key, generation));
-        }
-        if conn.finished() {
-            close(poll, conns, key);
-        }
+        settle(ctx, conns, poll, key, again);
     }
 }
 
@@ -845,12 +859,6 @@ fn expire(ctx: &mut Ctx, conns: &mut Slab<Conn>, poll: &mio::Poll, again: &mut V
         s.remaining = 0;
         s.submitted = 0;
         finish(s);
-        conn.release_ready();
-        if drive(ctx, conn, key) {
-            again.push((key, generation));
-        }
-        if conn.finished() {
-            close(poll, conns, key);
-        }
+        settle(ctx, conns, poll, key, again);
     }
 }
