@@ -1342,7 +1342,11 @@ fn graceful_shutdown_answers_blocking_call_in_flight() {
     server.join();
     let r = c.read();
     check_one(&r.rpc(), &ok(json!(1), Value::Null));
-    check_one(&c.read().rpc(), &ok(json!(2), json!("pong")));
+    assert_eq!(r.header("Connection"), Some("keep-alive"), "{r}");
+    // The last answer tells the client not to send more on this connection.
+    let r = c.read();
+    check_one(&r.rpc(), &ok(json!(2), json!("pong")));
+    assert_eq!(r.header("Connection"), Some("close"), "{r}");
     c.assert_closed();
     idle.assert_closed();
     half_head.assert_closed();
@@ -1556,4 +1560,150 @@ fn answers_behind_a_blocking_call_respect_the_high_water_mark() {
         );
     }
     server.stop();
+}
+
+/// A request whose answer is still being computed at shutdown is answered with
+/// `Connection: close`.
+#[test]
+fn shutdown_closes_http_with_the_answer_in_flight() {
+    let mut server = Running::start(Config::default().workers(1));
+    let mut c = server.client();
+    c.send(&post(&sleep_call(300, 7)));
+    std::thread::sleep(Duration::from_millis(100));
+    server.handle.shutdown();
+    server.join();
+    let r = c.read();
+    check_one(&r.rpc(), &ok(json!(7), Value::Null));
+    assert_eq!(r.header("Connection"), Some("close"), "{r}");
+    c.assert_closed();
+}
+
+/// Small requests with large answers: one read holds many of them, and answering them
+/// all at once would pile up output far past `write_high_water`. The server answers
+/// until the mark, holds the rest in its read buffer, and goes on as the client reads.
+#[test]
+fn small_requests_with_large_answers_stop_at_the_high_water_mark() {
+    const BLOB: usize = 1 << 20;
+    const N: usize = 60;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let mut b = demo::builder();
+    b.method("blob", move |_p: Params<'_>| -> Result<String, RpcError> {
+        counted.fetch_add(1, Ordering::SeqCst);
+        Ok("b".repeat(BLOB))
+    })
+    .unwrap();
+    let config = Config::default().write_high_water(256 * 1024);
+    let server = Running::with_engine(Engine::new(b.freeze(), config));
+    for http in [true, false] {
+        calls.store(0, Ordering::SeqCst);
+        let mut c = Client::connect(if http { server.http } else { server.tcp });
+        let mut reqs = Vec::new();
+        for i in 0..N {
+            let body = format!(r#"{{"jsonrpc":"2.0","method":"blob","id":{i}}}"#);
+            if http {
+                reqs.extend(post(&body));
+            } else {
+                reqs.extend(body.bytes());
+                reqs.push(b'\n');
+            }
+        }
+        assert!(reqs.len() < 16 * 1024, "all requests fit in one read");
+        c.send(&reqs);
+        std::thread::sleep(Duration::from_millis(500));
+        // What the mark allows, plus what the two sockets' kernel buffers took (a few
+        // MiB): far from all N MiB.
+        let answered = calls.load(Ordering::SeqCst);
+        assert!(
+            answered < N / 2,
+            "http {http}: {answered} answers of 1 MiB computed for a client reading none"
+        );
+        // Reading, the client gets every answer, in order.
+        let mut lines = BufReader::new(c.s.try_clone().unwrap());
+        for i in 0..N {
+            let v = if http {
+                c.read().rpc()
+            } else {
+                let mut line = String::new();
+                lines.read_line(&mut line).unwrap();
+                check_reply(line.trim_end().as_bytes()).unwrap()
+            };
+            assert_eq!(v["id"], i, "http {http}");
+            assert_eq!(
+                v["result"].as_str().map(str::len),
+                Some(BLOB),
+                "http {http}"
+            );
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), N);
+    }
+    server.stop();
+}
+
+/// `max_response_bytes` bounds a batch's whole array also when its elements ran on the
+/// worker pool: the element that would pass it is answered -32002, the others stand.
+#[test]
+fn pool_answers_in_a_batch_respect_max_response_bytes() {
+    let mut b = demo::builder();
+    b.blocking_method("big", |_p: Params<'_>| -> Result<String, RpcError> {
+        Ok("x".repeat(1000))
+    })
+    .unwrap();
+    let max = 2500;
+    let config = Config::default().workers(2).max_response_bytes(max);
+    let server = Running::with_engine(Engine::new(b.freeze(), config));
+    let calls: Vec<String> = (1..=4)
+        .map(|i| format!(r#"{{"jsonrpc":"2.0","method":"big","id":{i}}}"#))
+        .collect();
+    let r = server
+        .client()
+        .call(&post(&format!("[{}]", calls.join(","))));
+    let v = r.rpc();
+    let elems = v.as_array().unwrap_or_else(|| panic!("{r}"));
+    let mut ids: Vec<i64> = elems.iter().filter_map(|e| e["id"].as_i64()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [1, 2, 3, 4], "{r}");
+    // Two results of ~1 KB fit in 2,500 bytes, a third does not.
+    let results = elems.iter().filter(|e| e.get("result").is_some()).count();
+    let too_large = elems
+        .iter()
+        .filter(|e| e["error"]["code"] == -32002)
+        .count();
+    assert_eq!((results, too_large), (2, 2), "{r}");
+    assert!(r.body.len() <= max, "{} bytes: {r}", r.body.len());
+    server.stop();
+}
+
+/// Calls that timed out while queued for the worker pool do not hold up shutdown:
+/// 100 one-second calls on one worker are answered -32001 at their deadline, and the
+/// server stops without running the queue out.
+#[test]
+fn shutdown_is_prompt_with_timed_out_calls_still_queued() {
+    let mut server = Running::start(
+        Config::default()
+            .workers(1)
+            .queue_capacity(256)
+            .request_timeout(Some(Duration::from_millis(100))),
+    );
+    let mut s = TcpStream::connect(server.tcp).unwrap();
+    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    let lines: String = (0..100)
+        .map(|i| {
+            format!(r#"{{"jsonrpc":"2.0","method":"sleep","params":{{"ms":1000}},"id":{i}}}"#)
+                + "\n"
+        })
+        .collect();
+    s.write_all(lines.as_bytes()).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    for i in 0..100 {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        let v = check_reply(line.trim_end().as_bytes()).unwrap();
+        assert_eq!(v["id"], i);
+        assert_eq!(v["error"]["code"], -32001, "{v}");
+    }
+    server.handle.shutdown();
+    // At most the one call a worker is inside (1 s) delays it; `join` allows 10 s, and
+    // running the queue out would take 100 s.
+    server.join();
 }

@@ -80,8 +80,9 @@ pub(crate) fn dispatch(
     true
 }
 
+/// The `-32002` error for a reply that would pass `max_response_bytes` (`max`).
 #[cold]
-fn too_large(max: usize) -> RpcError {
+pub(crate) fn too_large(max: usize) -> RpcError {
     RpcError::new(
         ErrorCode::ResponseTooLarge,
         format!("Response too large: the reply would exceed max_response_bytes ({max} bytes)"),

@@ -183,6 +183,9 @@ pub(crate) struct Conn {
     /// Closing gracefully: our side is shut down and unread input is discarded until
     /// the peer closes or this passes (see [`Conn::finished`]).
     pub(crate) linger_until: Option<Instant>,
+    /// Complete requests wait in `rbuf`: decoding stopped at the output high-water
+    /// mark (or at [`MAX_SLOTS`]) and resumes once the output drains.
+    pub(crate) held: bool,
     _open: OpenGuard,
 }
 
@@ -203,6 +206,7 @@ impl Conn {
             broken: false,
             peer_eof: false,
             linger_until: None,
+            held: false,
             _open: open,
         }
     }
@@ -218,10 +222,13 @@ impl Conn {
     /// Whether the connection may read more requests: under the output high-water
     /// mark, and not too many answers owed.
     pub(crate) fn may_read(&self, high_water: usize) -> bool {
-        !self.read_closed
-            && !self.broken
-            && self.slots.len() < MAX_SLOTS
-            && self.backlog() <= high_water
+        !self.read_closed && self.may_answer(high_water)
+    }
+
+    /// Whether more requests may be answered now (the output is under the high-water
+    /// mark and not too many answers are owed); also bounds what one read can produce.
+    pub(crate) fn may_answer(&self, high_water: usize) -> bool {
+        !self.broken && self.slots.len() < MAX_SLOTS && self.backlog() <= high_water
     }
 
     /// Moves ready slots at the front of the queue into the output.
@@ -265,7 +272,8 @@ impl Conn {
                 Decoder::Line(_) => false,
                 Decoder::Http(d) => !d.is_idle(),
             };
-        if !partial || self.read_closed {
+        if !partial || self.read_closed || self.held {
+            // (Held requests wait on the server, not on the client.)
             self.partial_since = None;
         } else if self.partial_since.is_none() && self.slots.len() < MAX_SLOTS {
             // (While the server itself holds reading back, the pause is not the
@@ -274,9 +282,9 @@ impl Conn {
         }
     }
 
-    /// Whether everything owed has been written.
+    /// Whether everything owed has been written (and no received request waits).
     pub(crate) fn idle(&self) -> bool {
-        self.slots.is_empty() && self.written == self.out.len()
+        self.slots.is_empty() && self.written == self.out.len() && !self.held
     }
 
     /// Whether the connection is finished and can be dropped.

@@ -16,10 +16,11 @@ use slab::Slab;
 use super::conn::{Conn, Decoder, Elem, ElemState, OpenGuard, Slot, Stream};
 use super::{Listener, Proto, Server};
 
+use crate::dispatch::too_large;
 use crate::engine::{Deferred, Engine, Outcome, OwnedId, Scratch, Split};
 use crate::error::ErrorCode;
 use crate::pool::{Done, Job, Pool, ReplyTo, Tag};
-use crate::serializer::response::write_error;
+use crate::serializer::response::{write_error, write_rpc_error};
 use crate::transport::http::{self, HttpEvent};
 use crate::transport::io::read_into;
 
@@ -320,9 +321,17 @@ fn serve(parts: Parts) -> io::Result<()> {
             let keys: Vec<usize> = conns.iter().map(|(k, _)| k).collect();
             for k in keys {
                 if let Some(c) = conns.get_mut(k) {
-                    // Frames already in the buffer were read: answer them.
+                    // Requests already received are answered, all of them (even past
+                    // the high-water mark: one read's worth at most).
                     let _ = drive(&mut ctx, c, k);
+                    if c.held {
+                        decode(&mut ctx, c, k, None);
+                        c.flush();
+                    }
                     c.read_closed = true;
+                    if matches!(c.decoder, Decoder::Http(_)) {
+                        close_after_last(c);
+                    }
                     if c.finished() {
                         close(&poll, &mut conns, k);
                     }
@@ -348,6 +357,22 @@ fn serve(parts: Parts) -> io::Result<()> {
     }
     drop(conns);
     Ok(())
+}
+
+/// At shutdown, an HTTP connection's last answer says `Connection: close`, so the
+/// client sends nothing more on it: whether it is still being computed, framed and
+/// waiting its turn, or framed in the output and not yet sent. (Already sent: the
+/// client sees the connection close, as after any idle keep-alive connection.)
+fn close_after_last(conn: &mut Conn) {
+    match conn.slots.back_mut() {
+        Some(last) if !last.ready => last.http_keep_alive = Some(false),
+        Some(last) => {
+            http::close_after_last(&mut last.buf, 0);
+        }
+        None => {
+            http::close_after_last(&mut conn.out, conn.written);
+        }
+    }
 }
 
 /// Closes connections whose current request has been arriving for longer than `limit`
@@ -477,6 +502,11 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
     }
     conn.flush();
     let high_water = ctx.engine.config().write_high_water;
+    if conn.held && conn.may_answer(high_water) {
+        // Requests received earlier waited for the output to drain: they come first.
+        decode(ctx, conn, key, Some(high_water));
+        conn.flush();
+    }
     let mut reads = 0;
     // Whether the socket was read dry (or closed): only then will a new readiness edge
     // come by itself.
@@ -491,7 +521,7 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
                 // (as on stdio); the peer may have shut down only its sending side.
                 if matches!(conn.decoder, Decoder::Line(_)) && !conn.rbuf.is_empty() {
                     conn.rbuf.extend_from_slice(b"\n");
-                    decode(ctx, conn, key);
+                    decode(ctx, conn, key, Some(high_water));
                 }
                 conn.read_closed = true;
                 conn.peer_eof = true;
@@ -501,7 +531,7 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
                 conn.last_active = Instant::now();
                 // Answers accumulate and leave in one write below: fewer, larger
                 // segments for both ends.
-                decode(ctx, conn, key);
+                decode(ctx, conn, key, Some(high_water));
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 dry = true;
@@ -518,18 +548,29 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
     conn.track_partial(conn.last_active);
     conn.flush();
     // Not read dry, and free to read again now that the output went out (or the read
-    // budget ran out): revisit it, since no new edge may come. If the output is still
-    // over the mark, the flush hit a full socket and the writable edge will come.
-    !dry && conn.may_read(high_water)
+    // budget ran out), or held requests that may now be answered: revisit it, since no
+    // new edge may come. If the output is still over the mark, the flush hit a full
+    // socket and the writable edge will come.
+    (!dry && conn.may_read(high_water)) || (conn.held && conn.may_answer(high_water))
 }
 
-/// Answers every complete request in the read buffer.
-fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize) {
+/// Answers the complete requests in the read buffer. With `high_water`, stops while the
+/// output is over it (or too many answers are owed), leaving the rest `held` in the
+/// buffer: a read of small requests with large answers cannot pile up output past the
+/// mark. Without it (at shutdown) answers them all.
+fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<usize>) {
+    conn.held = false;
     loop {
         // Each request is timed from its own first byte (see `Conn::track_partial`).
         conn.partial_since = None;
         if conn.read_closed && !matches!(conn.decoder, Decoder::Line(_)) {
             return;
+        }
+        if let Some(mark) = high_water {
+            if !conn.may_answer(mark) {
+                conn.held = !conn.rbuf.is_empty();
+                return;
+            }
         }
         match &mut conn.decoder {
             Decoder::Line(d) => match d.decode(&mut conn.rbuf) {
@@ -807,7 +848,18 @@ fn completions(
         e.state = ElemState::Done;
         s.submitted -= 1;
         s.remaining -= 1;
-        s.push_answer(&done.reply);
+        let max = ctx.engine.config().max_response_bytes;
+        if s.batch && s.buf.len() + done.reply.len() + 2 > max {
+            // As for answers written inline: `max_response_bytes` bounds the whole
+            // array, so this element is answered -32002 and the others stand.
+            let mut err = Vec::new();
+            if let Some(id) = s.elems.get(element as usize).and_then(|e| e.id.as_ref()) {
+                write_rpc_error(&mut err, id.as_id(), &too_large(max));
+            }
+            s.push_answer(&err);
+        } else {
+            s.push_answer(&done.reply);
+        }
         submit(ctx, s, key, generation);
         if s.remaining == 0 {
             finish(s);

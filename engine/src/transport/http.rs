@@ -1307,6 +1307,28 @@ pub(crate) fn finish_json_response(out: &mut Vec<u8>, mark: JsonResponse, keep_a
     out.truncate(at + body_len);
 }
 
+/// Turns the last response in `out[from..]` into the connection's last: its
+/// `Connection: keep-alive` becomes `Connection: close` (the server is shutting down).
+/// Returns whether one was found there (not if its head was already sent).
+///
+/// The search is safe from false matches: a JSON body cannot hold a raw CR LF inside
+/// a string, and `Connection:` is not JSON outside one.
+pub(crate) fn close_after_last(out: &mut Vec<u8>, from: usize) -> bool {
+    const KEEP: &[u8] = b"\r\nConnection: keep-alive\r\n\r\n";
+    let Some(at) = out
+        .get(from..)
+        .and_then(|tail| memchr::memmem::rfind(tail, KEEP))
+    else {
+        return false;
+    };
+    let at = from + at + 2;
+    out.splice(
+        at..at + CONNECTION_KEEP_ALIVE.len(),
+        CONNECTION_CLOSE.iter().copied(),
+    );
+    true
+}
+
 /// Abandons a response begun with [`begin_json_response`] (say, the POST held only
 /// notifications: answer [`write_no_content`] instead).
 pub(crate) fn cancel_json_response(out: &mut Vec<u8>, mark: JsonResponse) {
@@ -1317,6 +1339,27 @@ pub(crate) fn cancel_json_response(out: &mut Vec<u8>, mark: JsonResponse) {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn close_after_last_marks_only_the_last_unsent_response() {
+        let mut out = Vec::new();
+        write_no_content(&mut out, true);
+        let m = begin_json_response(&mut out);
+        out.extend_from_slice(br#"{"jsonrpc":"2.0","id":1,"result":"Connection: keep-alive"}"#);
+        finish_json_response(&mut out, m, true);
+        let first = out.iter().position(|&b| b == b'\n').unwrap_or(0);
+        assert!(close_after_last(&mut out, first));
+        let text = String::from_utf8(out.clone()).unwrap();
+        assert!(text.starts_with("HTTP/1.1 204 No Content\r\nConnection: keep-alive\r\n\r\n"));
+        assert!(text.contains("Connection: close\r\n\r\n{"), "{text}");
+        assert!(
+            text.ends_with(r#""result":"Connection: keep-alive"}"#),
+            "{text}"
+        );
+        // The last head already sent: nothing to change.
+        let len = out.len();
+        assert!(!close_after_last(&mut out, len - 10));
+    }
 
     /// An event with owned, comparable fields.
     #[derive(Clone, Debug, PartialEq, Eq)]
