@@ -1610,10 +1610,21 @@ fn small_requests_with_large_answers_stop_at_the_high_water_mark() {
         }
         assert!(reqs.len() < 16 * 1024, "all requests fit in one read");
         c.send(&reqs);
-        std::thread::sleep(Duration::from_millis(500));
+        // Until the server stops answering (a debug build takes tens of ms per answer).
+        let mut answered = 0;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            std::thread::sleep(Duration::from_millis(300));
+            let now = calls.load(Ordering::SeqCst);
+            if now == answered || now == N || Instant::now() > deadline {
+                answered = now;
+                break;
+            }
+            answered = now;
+        }
         // What the mark allows, plus what the two sockets' kernel buffers took (a few
         // MiB): far from all N MiB.
-        let answered = calls.load(Ordering::SeqCst);
+        eprintln!("http {http}: {answered} answers computed before the client read");
         assert!(
             answered < N / 2,
             "http {http}: {answered} answers of 1 MiB computed for a client reading none"
