@@ -46,6 +46,43 @@ impl std::fmt::Debug for Scratch {
     }
 }
 
+#[cfg(feature = "client")]
+impl Scratch {
+    /// Fresh parse state nesting at most `max_depth` levels (the client's own scratch).
+    pub(crate) fn with_max_depth(max_depth: usize) -> Self {
+        Self {
+            input: Vec::with_capacity(4096),
+            buffers: Buffers::with_max_depth(4096, max_depth),
+            tape: Tape(Vec::new()),
+        }
+    }
+
+    /// Parses `frame` on the padded working copy (as [`Engine::handle`] does) and runs
+    /// `f` over the tape; the frame is left untouched, so `RawCtx` can find raw text.
+    pub(crate) fn parse<R>(
+        &mut self,
+        frame: &[u8],
+        f: impl FnOnce(Result<RawCtx<'_>, simd_json::Error>) -> R,
+    ) -> R {
+        let len = frame.len();
+        self.input.clear();
+        self.input.extend_from_slice(frame);
+        self.input.resize(len + INPUT_PADDING, b' ');
+        let mut tape: Tape<'_> = std::mem::replace(&mut self.tape, Tape(Vec::new())).reset();
+        let r = match simd_json::fill_tape_padded(&mut self.input, len, &mut self.buffers, &mut tape)
+        {
+            Ok(()) => f(Ok(RawCtx {
+                frame,
+                structurals: self.buffers.structural_indexes(),
+                root: &tape.0,
+            })),
+            Err(e) => f(Err(e)),
+        };
+        self.tape = tape.reset();
+        r
+    }
+}
+
 /// A JSON-RPC 2.0 engine: a frozen [`Registry`] and its [`Config`]. Bytes in, bytes
 /// out, no I/O; share it between threads by reference or `Arc`.
 #[derive(Debug)]

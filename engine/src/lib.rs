@@ -54,12 +54,17 @@
     unsafe_op_in_unsafe_fn
 )]
 
+#[cfg(feature = "client")]
+pub mod client;
 mod codec;
 mod config;
 pub mod demo;
 mod dispatch;
 mod engine;
 mod error;
+/// Checks for the fuzz targets and their replay test; not a stable API.
+#[doc(hidden)]
+pub mod fuzzing;
 mod pool;
 mod serializer;
 pub mod server;

@@ -5,6 +5,8 @@ pub(crate) mod de;
 pub(crate) mod frame;
 pub(crate) mod raw;
 pub(crate) mod request;
+#[cfg(feature = "client")]
+pub(crate) mod response;
 
 pub use frame::LineDecoder;
 pub use request::{Id, Params};

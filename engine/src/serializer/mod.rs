@@ -2,6 +2,8 @@
 //! reused output buffer.
 
 pub(crate) mod json;
+#[cfg(feature = "client")]
+pub(crate) mod request;
 pub(crate) mod response;
 
 pub use response::ResultWriter;

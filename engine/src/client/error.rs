@@ -1,0 +1,180 @@
+//! The client's errors: one enum, a variant per thing a caller can act on.
+
+use std::fmt;
+use std::io;
+
+/// Why a call failed.
+///
+/// The variants separate what a caller does next: retry elsewhere or later
+/// ([`ConnectTimeout`](Error::ConnectTimeout), [`Connect`](Error::Connect),
+/// [`WriteTimeout`](Error::WriteTimeout), [`ReadTimeout`](Error::ReadTimeout),
+/// [`Closed`](Error::Closed), [`Io`](Error::Io)), report a broken server
+/// ([`Protocol`](Error::Protocol)), handle the method's own answer
+/// ([`Server`](Error::Server)), or fix the caller's types
+/// ([`Encode`](Error::Encode), [`Decode`](Error::Decode)).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The address is not `tcp://host:port`, `unix:///path` or `http://host[:port][/path]`.
+    #[error("invalid address: {0}")]
+    Address(String),
+    /// No connection within the connect timeout.
+    #[error("connect timed out")]
+    ConnectTimeout,
+    /// The connection could not be made (refused, unreachable, no such socket file).
+    #[error("connect failed: {0}")]
+    Connect(#[source] io::Error),
+    /// The request could not be written within the call's timeout (the server stopped
+    /// reading). The connection is dropped: part of the request may have been sent.
+    #[error("write timed out")]
+    WriteTimeout,
+    /// The call's deadline passed before its response arrived. A late response is
+    /// discarded when it comes.
+    #[error("read timed out: no response before the call's deadline")]
+    ReadTimeout,
+    /// The connection closed (or was dropped after an earlier failure) before the
+    /// response arrived.
+    #[error("connection closed")]
+    Closed,
+    /// Another I/O error on the connection.
+    #[error("I/O error: {0}")]
+    Io(#[source] io::Error),
+    /// The server broke the protocol: bad JSON, an unknown id, both or neither of
+    /// `result` and `error`, a wrong `jsonrpc`, a bad HTTP response…
+    #[error("protocol violation by the server: {0}")]
+    Protocol(Violation),
+    /// The server answered with a JSON-RPC error object.
+    #[error("{0}")]
+    Server(ServerError),
+    /// The params did not serialize, or not to an array or an object.
+    #[error("params: {0}")]
+    Encode(String),
+    /// The result did not deserialize into the requested type.
+    #[error("result: {0}")]
+    Decode(String),
+}
+
+impl Error {
+    /// Whether retrying an idempotent call may help: transport failures, timeouts and
+    /// a `-32000 Server busy` answer.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::ConnectTimeout
+            | Self::Connect(_)
+            | Self::WriteTimeout
+            | Self::ReadTimeout
+            | Self::Closed
+            | Self::Io(_) => true,
+            Self::Server(e) => e.code == crate::codes::SERVER_BUSY,
+            _ => false,
+        }
+    }
+
+    /// Whether the error is about the transport (connecting, writing, reading, the
+    /// connection itself), as opposed to the server's answer or the caller's types.
+    pub fn is_transport(&self) -> bool {
+        matches!(
+            self,
+            Self::Address(_)
+                | Self::ConnectTimeout
+                | Self::Connect(_)
+                | Self::WriteTimeout
+                | Self::ReadTimeout
+                | Self::Closed
+                | Self::Io(_)
+        )
+    }
+}
+
+/// A JSON-RPC error object exactly as the server sent it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerError {
+    /// `error.code`.
+    pub code: i32,
+    /// `error.message`.
+    pub message: String,
+    /// `error.data` as JSON text (the server's own bytes for arrays and objects), if present.
+    pub data: Option<String>,
+}
+
+impl fmt::Display for ServerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "server error {}: {}", self.code, self.message)?;
+        if let Some(d) = &self.data {
+            write!(f, " (data: {d})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ServerError {}
+
+/// How the server broke the protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Violation {
+    /// The response is not valid JSON.
+    #[error("the response is not valid JSON")]
+    BadJson,
+    /// Not a response object (or, for a batch, an array of them).
+    #[error("not a JSON-RPC response object")]
+    NotAResponse,
+    /// `jsonrpc` missing or not exactly `"2.0"`.
+    #[error("`jsonrpc` is missing or not \"2.0\"")]
+    WrongVersion,
+    /// `id` missing, or not a string, number or null.
+    #[error("`id` is missing or not a string, number or null")]
+    BadId,
+    /// An id this client never sent on the connection.
+    #[error("a response with an id that was never sent")]
+    UnknownId,
+    /// Both `result` and `error`.
+    #[error("both `result` and `error`")]
+    BothResultAndError,
+    /// Neither `result` nor `error`.
+    #[error("neither `result` nor `error`")]
+    NeitherResultNorError,
+    /// A member appears twice.
+    #[error("a member appears more than once")]
+    DuplicateMember,
+    /// `error` is not an object with an integer `code` (fitting 32 bits) and a string
+    /// `message`.
+    #[error("malformed `error` object")]
+    BadErrorObject,
+    /// A batch's reply lacks the response for one of its calls, or a call got no reply.
+    #[error("no response for a call")]
+    MissingResponse,
+    /// An array came back for a single call, or responses of one frame belong to
+    /// different requests.
+    #[error("a reply that does not match its request")]
+    Mismatched,
+    /// A response larger than the client's `max_response_bytes`.
+    #[error("response exceeds max_response_bytes")]
+    TooLarge,
+    /// An HTTP status other than 200 or 204.
+    #[error("HTTP status {0}")]
+    HttpStatus(u16),
+    /// A malformed HTTP response (head, `Content-Length`, chunked framing).
+    #[error("malformed HTTP response: {0}")]
+    BadHttp(&'static str),
+}
+
+/// What ended a connection, kept so every pending call gets the same error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Failure {
+    Closed,
+    WriteTimeout,
+    Io(io::ErrorKind),
+    Protocol(Violation),
+}
+
+impl Failure {
+    pub(crate) fn error(self) -> Error {
+        match self {
+            Self::Closed => Error::Closed,
+            Self::WriteTimeout => Error::WriteTimeout,
+            Self::Io(kind) => Error::Io(kind.into()),
+            Self::Protocol(v) => Error::Protocol(v),
+        }
+    }
+}

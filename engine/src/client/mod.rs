@@ -1,0 +1,591 @@
+//! A blocking JSON-RPC 2.0 client: TCP, Unix sockets or HTTP/1.1 keep-alive, one API;
+//! calls pipelined from many threads on one connection; batches; timeouts; retries of
+//! idempotent calls with the same id.
+//!
+//! The client shares the server's JSON machinery: requests are written by the
+//! serializer (string escaping, itoa, serde for params), and responses are parsed in
+//! place by simd-json into a reused [`Scratch`](crate::Scratch)-style tape and read with
+//! the same serde `Deserializer` that handlers' params use, so `&str` results borrow
+//! the response (see [`Client::call_with`]).
+//!
+//! **Threads.** A [`Client`] is `Send + Sync`: share it by reference or in an `Arc`.
+//! Calls from several threads are pipelined on its one connection and matched by id.
+//! Whichever waiting caller finds no one reading becomes the reader (the *leader*) and
+//! hands other callers' responses to them, so a lone caller never waits for another
+//! thread to wake it. [`Client::start`] pipelines from one thread.
+//!
+//! **Failures.** Every failure is an [`Error`] variant. A dropped connection fails the
+//! calls in flight ([`Error::Closed`]) and the next call reconnects. Calls made with
+//! [`Client::call_idempotent`] are retried under [`Options::retry`], resending the same
+//! id so a server can de-duplicate.
+//!
+//! ```
+//! use ringrpc::client::{Client, Error};
+//! use ringrpc::{demo, server::Server, Config};
+//!
+//! // A server to talk to (any JSON-RPC 2.0 server will do).
+//! let mut server = Server::new(demo::engine(Config::default()))?;
+//! let addr = server.listen_tcp("127.0.0.1:0")?;
+//! let stop = server.handle();
+//! let running = std::thread::spawn(move || server.run());
+//!
+//! let client = Client::connect(&format!("tcp://{addr}"))?;
+//! let sum: i64 = client.call("add", [2, 3])?;
+//! assert_eq!(sum, 5);
+//! client.notify("update", [1, 2, 3])?;
+//! match client.call::<i64, _>("foobar", ()) {
+//!     Err(Error::Server(e)) => assert_eq!(e.code, -32601),
+//!     other => panic!("{other:?}"),
+//! }
+//!
+//! let mut batch = client.batch();
+//! let a = batch.call("subtract", [42, 23])?;
+//! batch.notify("notify_hello", [7])?;
+//! let b = batch.call("get_data", ())?;
+//! let mut replies = batch.send()?;
+//! assert_eq!(replies.get::<i64>(a)?, 19);
+//! assert_eq!(replies.get::<(String, i64)>(b)?, ("hello".to_owned(), 5));
+//!
+//! stop.shutdown();
+//! running.join().unwrap()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod address;
+mod batch;
+mod conn;
+mod error;
+mod http;
+
+pub use batch::{Batch, BatchKey, BatchReply};
+pub use error::{Error, ServerError, Violation};
+
+use std::borrow::Cow;
+use std::hash::{BuildHasher, Hasher};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use simd_json::Node;
+
+use crate::codec::de::TapeDe;
+use crate::codec::raw::RawCtx;
+use crate::codec::response::{validate_response, Body};
+use crate::codec::Id;
+use crate::config::defaults;
+use crate::serializer::request::write_request;
+use address::Address;
+use conn::{Conn, SendError, Ticket};
+
+/// Connection and call settings, with chainable setters.
+#[derive(Clone, Debug)]
+pub struct Options {
+    connect_timeout: Duration,
+    timeout: Duration,
+    retry: Retry,
+    max_response_bytes: usize,
+    max_depth: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(5),
+            timeout: Duration::from_secs(30),
+            retry: Retry::default(),
+            max_response_bytes: defaults::DEFAULT_MAX_RESPONSE_BYTES,
+            max_depth: defaults::DEFAULT_MAX_DEPTH,
+        }
+    }
+}
+
+impl Options {
+    /// How long connecting may take (default 5 s); past it, [`Error::ConnectTimeout`].
+    pub fn connect_timeout(mut self, t: Duration) -> Self {
+        self.connect_timeout = t.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Each call's deadline, counted from when it is sent (default 30 s); also the
+    /// limit on one write. Past it, [`Error::ReadTimeout`] or [`Error::WriteTimeout`].
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = t.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How [`Client::call_idempotent`] retries.
+    pub fn retry(mut self, retry: Retry) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// The largest response accepted (default 8 MiB); a larger one is a protocol
+    /// violation and the connection is dropped.
+    pub fn max_response_bytes(mut self, bytes: usize) -> Self {
+        self.max_response_bytes = bytes;
+        self
+    }
+
+    /// The deepest nesting accepted in a response (default 64).
+    pub fn max_depth(mut self, depth: usize) -> Self {
+        self.max_depth = depth;
+        self
+    }
+}
+
+/// Retries for idempotent calls: exponential backoff with jitter, capped in attempts
+/// and in total time.
+///
+/// The n-th retry waits a random time between half and all of
+/// `min(max_backoff, initial_backoff · 2ⁿ⁻¹)` ("equal jitter": many clients failing
+/// together do not retry together). No retry starts once `max_elapsed` would be passed.
+/// Only transient errors are retried ([`Error::is_transient`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retry {
+    max_attempts: u32,
+    initial_backoff: Duration,
+    max_backoff: Duration,
+    max_elapsed: Duration,
+}
+
+impl Default for Retry {
+    /// 4 attempts, backoff from 10 ms up to 1 s, 10 s in all.
+    fn default() -> Self {
+        Self {
+            max_attempts: 4,
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_secs(1),
+            max_elapsed: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Retry {
+    /// At most `n` attempts in all (1: no retry).
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n.max(1);
+        self
+    }
+
+    /// The backoff before the first retry, doubled for each further one.
+    pub fn initial_backoff(mut self, t: Duration) -> Self {
+        self.initial_backoff = t;
+        self
+    }
+
+    /// The longest backoff.
+    pub fn max_backoff(mut self, t: Duration) -> Self {
+        self.max_backoff = t;
+        self
+    }
+
+    /// The time from the first attempt after which no retry is started.
+    pub fn max_elapsed(mut self, t: Duration) -> Self {
+        self.max_elapsed = t;
+        self
+    }
+
+    /// The pause before retry number `retry` (1-based), jittered by `random`.
+    fn backoff(&self, retry: u32, random: u64) -> Duration {
+        let exp = self
+            .initial_backoff
+            .saturating_mul(1u32 << (retry - 1).min(20));
+        let cap = exp.min(self.max_backoff).as_nanos() as u64;
+        Duration::from_nanos(cap / 2 + random % (cap / 2 + 1))
+    }
+}
+
+/// A call's result, borrowed from the response (see [`Client::call_with`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Reply<'a> {
+    nodes: &'a [Node<'a>],
+    raw: RawCtx<'a>,
+}
+
+impl<'a> Reply<'a> {
+    /// Deserializes the result; `&'a str` fields borrow the response.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Decode`] with serde's account of what does not fit.
+    pub fn parse<T: Deserialize<'a>>(&self) -> Result<T, Error> {
+        T::deserialize(TapeDe::new(self.nodes)).map_err(|e| Error::Decode(e.to_string()))
+    }
+
+    /// The result as JSON text: the server's own bytes for an array or object,
+    /// re-encoded for a scalar (strings with their escapes decoded and re-applied).
+    pub fn raw_json(&self) -> Cow<'a, [u8]> {
+        json_text(self.raw, self.nodes)
+    }
+}
+
+/// A value's JSON text: its original bytes when it is a container, else re-encoded.
+fn json_text<'a>(raw: RawCtx<'a>, nodes: &'a [Node<'a>]) -> Cow<'a, [u8]> {
+    match raw.container_text(nodes) {
+        Some(text) => Cow::Borrowed(text),
+        None => {
+            let mut out = Vec::new();
+            crate::serializer::json::write_value(&mut out, nodes);
+            Cow::Owned(out)
+        }
+    }
+}
+
+/// The error object of a response, owned.
+#[cold]
+pub(crate) fn server_error<'a>(
+    raw: RawCtx<'a>,
+    code: i32,
+    message: &str,
+    data: Option<&'a [Node<'a>]>,
+) -> Error {
+    let data = data.map(|d| String::from_utf8_lossy(&json_text(raw, d)).into_owned());
+    Error::Server(ServerError {
+        code,
+        message: message.to_owned(),
+        data,
+    })
+}
+
+/// Reads the reply to the single call `id`.
+fn single_reply<T>(
+    raw: RawCtx<'_>,
+    id: u64,
+    f: impl FnOnce(Reply<'_>) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let r = match raw.root.first() {
+        Some(Node::Object { .. }) => validate_response(raw.root).map_err(Error::Protocol)?,
+        _ => return Err(Error::Protocol(Violation::Mismatched)),
+    };
+    match (r.id, r.body) {
+        (Id::UInt(u), Body::Result(nodes)) if u == id => f(Reply { nodes, raw }),
+        (
+            Id::UInt(_) | Id::Null,
+            Body::Error {
+                code,
+                message,
+                data,
+            },
+        ) => Err(server_error(raw, code, message, data)),
+        _ => Err(Error::Protocol(Violation::Mismatched)),
+    }
+}
+
+/// A JSON-RPC 2.0 client on one connection; see the [module docs](self).
+///
+/// Cost per call in steady state: one write and (for a lone caller) one read system
+/// call, one parse of the response, no heap allocation for plain or borrowed params
+/// and results.
+pub struct Client {
+    address: Address,
+    options: Options,
+    conn: Mutex<Option<Arc<Conn>>>,
+    /// The next id: ids only grow, so one is never reused on any connection of this
+    /// client (except on purpose, by a retry).
+    ids: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("address", &self.address)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Connects to `url` (`tcp://host:port`, `unix:///path` or `http://host[:port][/path]`)
+    /// with default [`Options`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Address`], [`Error::ConnectTimeout`] or [`Error::Connect`].
+    pub fn connect(url: &str) -> Result<Self, Error> {
+        Self::connect_with(url, Options::default())
+    }
+
+    /// Connects to `url` with `options`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::connect`].
+    pub fn connect_with(url: &str, options: Options) -> Result<Self, Error> {
+        let address = Address::parse(url)?;
+        let ids = Arc::new(AtomicU64::new(1));
+        let conn = Conn::connect(&address, &options, Arc::clone(&ids))?;
+        Ok(Self {
+            address,
+            options,
+            conn: Mutex::new(Some(Arc::new(conn))),
+            ids,
+        })
+    }
+
+    /// The live connection, reconnecting if the last one failed.
+    fn conn(&self) -> Result<Arc<Conn>, Error> {
+        let mut c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(conn) = c.as_ref().filter(|c| !c.is_dead()) {
+            return Ok(Arc::clone(conn));
+        }
+        *c = None;
+        let conn = Arc::new(Conn::connect(
+            &self.address,
+            &self.options,
+            Arc::clone(&self.ids),
+        )?);
+        *c = Some(Arc::clone(&conn));
+        Ok(conn)
+    }
+
+    /// Takes `n` fresh ids.
+    fn next_ids(&self, n: u64) -> u64 {
+        self.ids.fetch_add(n, Ordering::Relaxed)
+    }
+
+    /// Calls `method` and deserializes its result. `params` must serialize to an array
+    /// or an object, or to `null` (`()`, `None`) for none. Not retried.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Server`] with the server's error object; the transport, protocol and
+    /// type errors of [`Error`].
+    pub fn call<R: DeserializeOwned, P: Serialize>(
+        &self,
+        method: &str,
+        params: P,
+    ) -> Result<R, Error> {
+        self.run(method, &params, false, |r| r.parse())
+    }
+
+    /// Like [`Client::call`], for a call that is safe to repeat: transient failures are
+    /// retried under [`Options::retry`], reconnecting if needed and resending the same
+    /// id.
+    ///
+    /// # Errors
+    ///
+    /// The last attempt's error.
+    pub fn call_idempotent<R: DeserializeOwned, P: Serialize>(
+        &self,
+        method: &str,
+        params: P,
+    ) -> Result<R, Error> {
+        self.run(method, &params, true, |r| r.parse())
+    }
+
+    /// Calls `method` and hands the result, borrowed from the response, to `f`: for
+    /// `&str` results or raw JSON ([`Reply::raw_json`]) without a copy. Not retried.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::call`], and whatever `f` returns.
+    pub fn call_with<P: Serialize, T>(
+        &self,
+        method: &str,
+        params: P,
+        f: impl FnOnce(Reply<'_>) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        self.run(method, &params, false, f)
+    }
+
+    /// Sends a notification: no id, no answer, so success means only that it was
+    /// written.
+    ///
+    /// # Errors
+    ///
+    /// Transport errors and [`Error::Encode`].
+    pub fn notify<P: Serialize>(&self, method: &str, params: P) -> Result<(), Error> {
+        let mut write = |buf: &mut Vec<u8>| encode(write_request(buf, None, method, &params));
+        self.send(0..0, false, &mut write).map(|_| ())
+    }
+
+    /// Sends a call without waiting for its answer, for pipelining from one thread:
+    /// start several, then [`Pending::wait`] for each (in any order). The call's
+    /// deadline runs from now.
+    ///
+    /// # Errors
+    ///
+    /// Transport errors and [`Error::Encode`].
+    pub fn start<P: Serialize>(&self, method: &str, params: P) -> Result<Pending<'_>, Error> {
+        let id = self.next_ids(1);
+        let deadline = Instant::now() + self.options.timeout;
+        let mut write =
+            |buf: &mut Vec<u8>| encode(write_request(buf, Some(Id::UInt(id)), method, &params));
+        let (conn, ticket) = self.send(id..id + 1, true, &mut write)?;
+        Ok(Pending {
+            conn,
+            ticket,
+            id,
+            deadline,
+            _client: PhantomData,
+        })
+    }
+
+    /// A batch builder: calls and notifications sent together as one JSON array.
+    pub fn batch(&self) -> Batch<'_> {
+        Batch::new(self)
+    }
+
+    /// Sends on the live connection; a connection found dead before anything was
+    /// written is replaced once.
+    fn send(
+        &self,
+        ids: std::ops::Range<u64>,
+        reply: bool,
+        write: &mut dyn FnMut(&mut Vec<u8>) -> Result<(), Error>,
+    ) -> Result<(Arc<Conn>, Option<Ticket>), Error> {
+        let mut reconnected = false;
+        loop {
+            let conn = self.conn()?;
+            match conn.send(ids.clone(), reply, write) {
+                Ok(t) => return Ok((conn, t)),
+                Err(SendError::Dead(_)) if !reconnected => reconnected = true,
+                Err(SendError::Dead(e) | SendError::Failed(e)) => return Err(e),
+            }
+        }
+    }
+
+    /// One call, with retries if `idempotent`.
+    fn run<P: Serialize + ?Sized, T>(
+        &self,
+        method: &str,
+        params: &P,
+        idempotent: bool,
+        f: impl FnOnce(Reply<'_>) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let id = self.next_ids(1);
+        let started = Instant::now();
+        let mut f = Some(f);
+        let mut attempt = 1;
+        let mut random = 0;
+        loop {
+            let r = self.attempt(id, method, params, &mut f);
+            let retry = &self.options.retry;
+            match r {
+                Err(e) if idempotent && e.is_transient() && attempt < retry.max_attempts => {
+                    if random == 0 {
+                        // A per-process random seed from std, mixed with the id.
+                        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+                        h.write_u64(id);
+                        random = h.finish() | 1;
+                    }
+                    random ^= random << 13;
+                    random ^= random >> 7;
+                    random ^= random << 17;
+                    let pause = retry.backoff(attempt, random);
+                    if started.elapsed() + pause > retry.max_elapsed {
+                        return Err(e);
+                    }
+                    std::thread::sleep(pause);
+                    attempt += 1;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Sends call `id` and waits for its reply.
+    fn attempt<P: Serialize + ?Sized, T, F: FnOnce(Reply<'_>) -> Result<T, Error>>(
+        &self,
+        id: u64,
+        method: &str,
+        params: &P,
+        f: &mut Option<F>,
+    ) -> Result<T, Error> {
+        let deadline = Instant::now() + self.options.timeout;
+        let mut write =
+            |buf: &mut Vec<u8>| encode(write_request(buf, Some(Id::UInt(id)), method, params));
+        let (conn, ticket) = self.send(id..id + 1, true, &mut write)?;
+        let Some(ticket) = ticket else {
+            return Err(Error::Protocol(Violation::MissingResponse));
+        };
+        wait_single(&conn, ticket, id, deadline, f)
+    }
+}
+
+/// Waits for the reply to call `id` and reads it with `f` (taken only on a result).
+fn wait_single<T, F: FnOnce(Reply<'_>) -> Result<T, Error>>(
+    conn: &Conn,
+    ticket: Ticket,
+    id: u64,
+    deadline: Instant,
+    f: &mut Option<F>,
+) -> Result<T, Error> {
+    let mut out = None;
+    conn.wait(ticket, deadline, &mut |raw| {
+        out = Some(single_reply(raw, id, |reply| match f.take() {
+            Some(f) => f(reply),
+            None => Err(Error::Protocol(Violation::Mismatched)),
+        }));
+    })?;
+    out.unwrap_or(Err(Error::Protocol(Violation::MissingResponse)))
+}
+
+/// Maps a params-writing failure to [`Error::Encode`].
+fn encode(r: Result<(), crate::serializer::request::ParamsError>) -> Result<(), Error> {
+    r.map_err(|e| Error::Encode(e.to_string()))
+}
+
+/// A call sent by [`Client::start`] whose answer has not been collected yet. Dropping
+/// it abandons the call (its answer is discarded when it comes).
+#[must_use = "a started call's answer is only read by `wait`"]
+pub struct Pending<'c> {
+    conn: Arc<Conn>,
+    ticket: Option<Ticket>,
+    id: u64,
+    deadline: Instant,
+    _client: PhantomData<&'c Client>,
+}
+
+impl std::fmt::Debug for Pending<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending").field("id", &self.id).finish()
+    }
+}
+
+impl Pending<'_> {
+    /// Waits for the answer (until the call's deadline) and deserializes the result.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::call`].
+    pub fn wait<R: DeserializeOwned>(mut self) -> Result<R, Error> {
+        let Some(ticket) = self.ticket.take() else {
+            return Err(Error::Protocol(Violation::MissingResponse));
+        };
+        let mut f = Some(|r: Reply<'_>| r.parse::<R>());
+        wait_single(&self.conn, ticket, self.id, self.deadline, &mut f)
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            self.conn.release(t);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_jitters_and_caps() {
+        let r = Retry::default()
+            .initial_backoff(Duration::from_millis(10))
+            .max_backoff(Duration::from_millis(50));
+        for random in [0, 1, 12345, u64::MAX] {
+            let b1 = r.backoff(1, random);
+            assert!((Duration::from_millis(5)..=Duration::from_millis(10)).contains(&b1));
+            let b2 = r.backoff(2, random);
+            assert!((Duration::from_millis(10)..=Duration::from_millis(20)).contains(&b2));
+            let b9 = r.backoff(9, random);
+            assert!((Duration::from_millis(25)..=Duration::from_millis(50)).contains(&b9));
+        }
+        assert_ne!(r.backoff(3, 1), r.backoff(3, 7));
+    }
+}

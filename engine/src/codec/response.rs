@@ -1,0 +1,211 @@
+//! The client's side of the envelope rules: a parsed reply → borrowed views of each
+//! response (id, then result or error), checked in one pass over the object's members.
+
+use simd_json::{Node, StaticNode};
+
+use super::request::span;
+use super::Id;
+use crate::client::Violation;
+
+/// A response object that passed every envelope rule.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Response<'a> {
+    pub(crate) id: Id<'a>,
+    pub(crate) body: Body<'a>,
+}
+
+/// What a response carries: exactly one of a result and an error.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Body<'a> {
+    /// The result value's nodes.
+    Result(&'a [Node<'a>]),
+    /// The error object's members.
+    Error {
+        code: i32,
+        message: &'a str,
+        data: Option<&'a [Node<'a>]>,
+    },
+}
+
+/// Reads a scalar node as an id.
+fn as_id<'a>(node: &Node<'a>) -> Option<Id<'a>> {
+    Some(match *node {
+        Node::String(s) => Id::Str(s),
+        Node::Static(StaticNode::Null) => Id::Null,
+        Node::Static(StaticNode::I64(i)) if i < 0 => Id::Int(i),
+        Node::Static(StaticNode::I64(i)) => Id::UInt(i as u64),
+        Node::Static(StaticNode::U64(u)) => Id::UInt(u),
+        Node::Static(StaticNode::F64(f)) => Id::Float(f),
+        _ => return None,
+    })
+}
+
+/// Iterates over an object's members: `(key, value nodes)`.
+fn members<'a>(
+    nodes: &'a [Node<'a>],
+    len: usize,
+) -> impl Iterator<Item = Result<(&'a str, &'a [Node<'a>]), Violation>> {
+    let mut rest = nodes.get(1..).unwrap_or(&[]);
+    (0..len).map(move |_| match rest {
+        [Node::String(k), v, ..] => {
+            let n = span(v).min(rest.len() - 1);
+            let value = &rest[1..1 + n];
+            rest = &rest[1 + n..];
+            Ok((*k, value))
+        }
+        _ => Err(Violation::NotAResponse),
+    })
+}
+
+/// Validates the value spanning `nodes` as a Response object.
+pub(crate) fn validate_response<'a>(nodes: &'a [Node<'a>]) -> Result<Response<'a>, Violation> {
+    let Some(&Node::Object { len, .. }) = nodes.first() else {
+        return Err(Violation::NotAResponse);
+    };
+    let mut version = None;
+    let mut id = None;
+    let mut result = None;
+    let mut error = None;
+    for m in members(nodes, len) {
+        let (key, value) = m?;
+        let taken = match key {
+            "jsonrpc" => version
+                .replace(matches!(value.first(), Some(Node::String("2.0"))))
+                .is_some(),
+            "id" => id.replace(value.first().and_then(as_id)).is_some(),
+            "result" => result.replace(value).is_some(),
+            "error" => error.replace(value).is_some(),
+            _ => false,
+        };
+        if taken {
+            return Err(Violation::DuplicateMember);
+        }
+    }
+    if version != Some(true) {
+        return Err(Violation::WrongVersion);
+    }
+    let id = id.flatten().ok_or(Violation::BadId)?;
+    let body = match (result, error) {
+        (Some(r), None) => Body::Result(r),
+        (None, Some(e)) => error_object(e)?,
+        (Some(_), Some(_)) => return Err(Violation::BothResultAndError),
+        (None, None) => return Err(Violation::NeitherResultNorError),
+    };
+    Ok(Response { id, body })
+}
+
+/// Reads `{"code": int, "message": string, "data"?: any}`.
+fn error_object<'a>(nodes: &'a [Node<'a>]) -> Result<Body<'a>, Violation> {
+    let Some(&Node::Object { len, .. }) = nodes.first() else {
+        return Err(Violation::BadErrorObject);
+    };
+    let (mut code, mut message, mut data) = (None, None, None);
+    for m in members(nodes, len) {
+        let (key, value) = m?;
+        let taken = match key {
+            "code" => {
+                let c = match value.first() {
+                    Some(&Node::Static(StaticNode::I64(i))) => i32::try_from(i).ok(),
+                    Some(&Node::Static(StaticNode::U64(u))) => i32::try_from(u).ok(),
+                    _ => None,
+                };
+                code.replace(c.ok_or(Violation::BadErrorObject)?).is_some()
+            }
+            "message" => match value.first() {
+                Some(Node::String(s)) => message.replace(*s).is_some(),
+                _ => return Err(Violation::BadErrorObject),
+            },
+            "data" => data.replace(value).is_some(),
+            _ => false,
+        };
+        if taken {
+            return Err(Violation::DuplicateMember);
+        }
+    }
+    match (code, message) {
+        (Some(code), Some(message)) => Ok(Body::Error {
+            code,
+            message,
+            data,
+        }),
+        _ => Err(Violation::BadErrorObject),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use simd_json::{Buffers, Tape};
+
+    fn check(json: &str) -> Result<String, Violation> {
+        let mut bytes = json.as_bytes().to_vec();
+        let mut tape = Tape(Vec::new());
+        simd_json::fill_tape(&mut bytes, &mut Buffers::default(), &mut tape).unwrap();
+        validate_response(&tape.0).map(|r| match r.body {
+            Body::Result(n) => format!("{:?} result {}", r.id, n.len()),
+            Body::Error {
+                code,
+                message,
+                data,
+            } => format!("{:?} error {code} {message} {}", r.id, data.is_some()),
+        })
+    }
+
+    #[test]
+    fn envelope_rules_for_responses() {
+        let ok = |j: &str| check(j).unwrap_or_else(|e| panic!("{j}: {e:?}"));
+        assert_eq!(
+            ok(r#"{"jsonrpc":"2.0","id":1,"result":19}"#),
+            "UInt(1) result 1"
+        );
+        assert_eq!(
+            ok(r#"{"result":[1,[2]],"id":"a","jsonrpc":"2.0","x":{}}"#),
+            "Str(\"a\") result 4"
+        );
+        assert_eq!(
+            ok(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"P"}}"#),
+            "Null error -32700 P false"
+        );
+        assert_eq!(
+            ok(r#"{"jsonrpc":"2.0","id":2,"error":{"code":7,"message":"m","data":{"a":1}}}"#),
+            "UInt(2) error 7 m true"
+        );
+        let bad = |j: &str| check(j).expect_err(j);
+        use Violation::*;
+        for (j, want) in [
+            (r#"[1]"#, NotAResponse),
+            (r#"{"id":1,"result":1}"#, WrongVersion),
+            (r#"{"jsonrpc":"1.0","id":1,"result":1}"#, WrongVersion),
+            (r#"{"jsonrpc":"2.0","result":1}"#, BadId),
+            (r#"{"jsonrpc":"2.0","id":[1],"result":1}"#, BadId),
+            (r#"{"jsonrpc":"2.0","id":1}"#, NeitherResultNorError),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"result":1,"error":{"code":1,"message":""}}"#,
+                BothResultAndError,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"id":2,"result":1}"#,
+                DuplicateMember,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"error":{"code":"x","message":""}}"#,
+                BadErrorObject,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"error":{"code":1.5,"message":""}}"#,
+                BadErrorObject,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"error":{"code":1}}"#,
+                BadErrorObject,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"error":{"code":1e10,"message":""}}"#,
+                BadErrorObject,
+            ),
+            (r#"{"jsonrpc":"2.0","id":1,"error":"x"}"#, BadErrorObject),
+        ] {
+            assert_eq!(bad(j), want, "{j}");
+        }
+    }
+}
