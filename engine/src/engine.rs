@@ -372,8 +372,10 @@ impl Engine {
     ) -> Answer {
         match validate(nodes, raw) {
             Ok(req) => {
+                // One lookup serves both the blocking check and the call.
+                let entry = self.registry.get(req.method);
                 if let Some(defer) = defer {
-                    if self.registry.is_blocking(req.method) {
+                    if entry.is_some_and(|e| e.blocking) {
                         if let Some(range) = raw.container_range(nodes) {
                             let id = req.id.map(OwnedId::from);
                             defer.push(Deferred { range, id });
@@ -381,7 +383,7 @@ impl Engine {
                         }
                     }
                 }
-                if dispatch(&self.registry, req, out, limit, max) {
+                if dispatch(entry, req, out, limit, max) {
                     Answer::Wrote
                 } else {
                     Answer::Nothing

@@ -9,22 +9,22 @@ use crate::codec::Id;
 use crate::error::{ErrorCode, RpcError};
 use crate::serializer::response::{write_error, write_prefix, write_rpc_error};
 use crate::serializer::ResultWriter;
-use registry::{Handler, Registry};
+use registry::{Entry, Handler};
 
-/// Runs `req` and appends its response to `out`, unless it is a notification.
-/// `limit` is the absolute length `out` may reach with a result in it; `max` is the
+/// Runs `req` with `entry` (its method's registration, `None` if there is none) and
+/// appends its response to `out`, unless it is a notification. `limit` is the absolute length `out` may reach with a result in it; `max` is the
 /// configured `max_response_bytes`, named in the error when a result passes `limit`.
 ///
 /// Returns whether a response was written. A panicking handler becomes `-32603` for
 /// this call only.
 pub(crate) fn dispatch(
-    registry: &Registry,
+    entry: Option<&Entry>,
     req: Request<'_>,
     out: &mut Vec<u8>,
     limit: usize,
     max: usize,
 ) -> bool {
-    let Some(entry) = registry.get(req.method) else {
+    let Some(entry) = entry else {
         if let Some(id) = req.id {
             write_error(
                 out,
