@@ -537,7 +537,10 @@ impl Conn {
                     return Err(Failure::Protocol(Violation::UnknownId));
                 };
                 let mut mine = false;
-                if reply.status == 200 && !reply.body.trim_ascii().is_empty() {
+                if owner.is_none() {
+                    // The answer to a notification (or all-notification batch): nothing
+                    // waits for it, whatever it holds (jsonrpsee sends `null`).
+                } else if reply.status == 200 && !reply.body.trim_ascii().is_empty() {
                     mine = self.route(scratch, &reply.body, owner, me, on_reply)?;
                 } else if let Some(id) = owner {
                     // 204 / empty for a call, or an error status: that call fails.
