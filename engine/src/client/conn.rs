@@ -119,6 +119,9 @@ struct Slot {
     /// The request ids it waits for (several for a batch); empty when free.
     ids: Range<u64>,
     state: State,
+    /// Its owner is blocked on `cv` (in `wait`): only such a slot can be handed the
+    /// reading. A registered call not yet waited for (`Client::start`) is not.
+    parked: bool,
     /// Arc so a waiter can hold it while the table's guard is moved into `wait`.
     cv: Arc<Condvar>,
     /// Where the leader copies a response for this slot, and the scratch its owner
@@ -334,6 +337,7 @@ impl Conn {
                 t.slots.push(Slot {
                     ids: 0..0,
                     state: State::Free,
+                    parked: false,
                     cv: Arc::new(Condvar::new()),
                     parse: Some(Box::new(Delivery {
                         frame: Vec::new(),
@@ -412,10 +416,12 @@ impl Conn {
                 return Err(Error::ReadTimeout);
             }
             let cv = Arc::clone(&t.slots[ticket.slot].cv);
+            t.slots[ticket.slot].parked = true;
             t = cv
                 .wait_timeout(t, deadline - now)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            t.slots[ticket.slot].parked = false;
         }
     }
 
@@ -674,9 +680,14 @@ fn free(t: &mut Table, ticket: Ticket) {
     }
 }
 
-/// Wakes one waiting call so that it becomes the leader.
+/// Wakes one call blocked in `wait` so that it becomes the leader. A call registered
+/// but not waiting yet needs no wake-up: it finds no leader when it comes to wait.
 fn wake_next(t: &Table) {
-    if let Some(s) = t.slots.iter().find(|s| s.state == State::Waiting) {
+    if let Some(s) = t
+        .slots
+        .iter()
+        .find(|s| s.state == State::Waiting && s.parked)
+    {
         s.cv.notify_one();
     }
 }

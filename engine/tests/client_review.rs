@@ -1,0 +1,84 @@
+//! Regression tests from the review of the client.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ringrpc::client::{Client, Options};
+use serde_json::{json, Value};
+
+/// A TCP server running `script` on its first accepted connection.
+fn scripted(
+    script: impl FnOnce(BufReader<TcpStream>) + Send + 'static,
+) -> (SocketAddr, JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let t = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        script(BufReader::new(s));
+    });
+    (addr, t)
+}
+
+fn read_request(r: &mut BufReader<TcpStream>) -> Option<Value> {
+    let mut line = String::new();
+    match r.read_line(&mut line) {
+        Ok(0) | Err(_) => None,
+        Ok(_) => Some(serde_json::from_str(&line).unwrap()),
+    }
+}
+
+fn answer(r: &mut BufReader<TcpStream>, v: &Value) {
+    let mut s = serde_json::to_vec(v).unwrap();
+    s.push(b'\n');
+    r.get_mut().write_all(&s).unwrap();
+}
+
+/// A call started (registered) but not yet waited for must not swallow the hand-off
+/// of the reading: the follower that is actually waiting has to be promoted.
+#[test]
+fn a_started_call_not_yet_waited_for_does_not_swallow_the_hand_off() {
+    let (addr, t) = scripted(|mut r| {
+        let a = read_request(&mut r).unwrap();
+        let b = read_request(&mut r).unwrap();
+        let c = read_request(&mut r).unwrap();
+        assert_eq!(
+            (a["method"].as_str(), b["method"].as_str()),
+            (Some("a"), Some("b"))
+        );
+        // Let C park as a follower, then answer the leader B, then C.
+        std::thread::sleep(Duration::from_millis(100));
+        answer(&mut r, &json!({"jsonrpc":"2.0","id":b["id"],"result":"b"}));
+        std::thread::sleep(Duration::from_millis(200));
+        answer(&mut r, &json!({"jsonrpc":"2.0","id":c["id"],"result":"c"}));
+        while read_request(&mut r).is_some() {}
+    });
+    let opts = Options::default().timeout(Duration::from_secs(3));
+    let c = Arc::new(Client::connect_with(&format!("tcp://{addr}"), opts).unwrap());
+    // Registered first (slot 0), never waited for during the test.
+    let pending = c.start("a", ()).unwrap();
+    let leader = {
+        let c = Arc::clone(&c);
+        std::thread::spawn(move || c.call::<String, _>("b", ()))
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let follower = {
+        let c = Arc::clone(&c);
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            (c.call::<String, _>("c", ()), start.elapsed())
+        })
+    };
+    assert_eq!(leader.join().unwrap().unwrap(), "b");
+    let (r, took) = follower.join().unwrap();
+    assert_eq!(r.unwrap(), "c");
+    assert!(
+        took < Duration::from_secs(2),
+        "the follower waited {took:?}"
+    );
+    drop(pending);
+    drop(c);
+    t.join().unwrap();
+}
