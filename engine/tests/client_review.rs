@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ringrpc::client::{Client, Options};
+use ringrpc::client::{Client, Error, Options};
 use serde_json::{json, Value};
 
 /// A TCP server running `script` on its first accepted connection.
@@ -79,6 +79,31 @@ fn a_started_call_not_yet_waited_for_does_not_swallow_the_hand_off() {
         "the follower waited {took:?}"
     );
     drop(pending);
+    drop(c);
+    t.join().unwrap();
+}
+
+/// A panic in the caller's own code while it is the leader (its result closure, a
+/// `Deserialize` impl) must not leave the connection without a reader forever.
+#[test]
+fn a_panic_while_leading_does_not_wedge_the_connection() {
+    let (addr, t) = scripted(|mut r| {
+        while let Some(req) = read_request(&mut r) {
+            answer(&mut r, &json!({"jsonrpc":"2.0","id":req["id"],"result":7}));
+        }
+    });
+    let opts = Options::default().timeout(Duration::from_millis(500));
+    let c = Client::connect_with(&format!("tcp://{addr}"), opts).unwrap();
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        c.call_with("m", (), |_| -> Result<(), Error> {
+            panic!("in the caller's closure")
+        })
+    }));
+    std::panic::set_hook(hook);
+    assert!(panicked.is_err());
+    assert_eq!(c.call::<i64, _>("m", ()).unwrap(), 7);
     drop(c);
     t.join().unwrap();
 }

@@ -433,6 +433,10 @@ impl Conn {
         deadline: Instant,
         on_reply: &mut dyn FnMut(RawCtx<'_>),
     ) -> Result<(), Error> {
+        // Declared before the reader's guard, so dropped after it: the reading is
+        // handed on however this returns, also when the caller's own code run by
+        // `on_reply` (its result closure, a `Deserialize` impl) panics.
+        let _abdicate = Abdicate { conn: self, ticket };
         let mut r = lock(&self.reader);
         let mut done: Option<Result<(), Error>> = None;
         loop {
@@ -457,11 +461,6 @@ impl Conn {
                 }
             }
             if let Some(result) = done {
-                drop(r);
-                let mut t = lock(&self.table);
-                t.leader = false;
-                free(&mut t, ticket);
-                wake_next(&t);
                 return result;
             }
             if r.eof {
@@ -668,6 +667,22 @@ impl Conn {
 impl Drop for Conn {
     fn drop(&mut self) {
         self.control.shutdown();
+    }
+}
+
+/// Ends a leader's turn: clears the leader flag, frees its slot and wakes a waiting
+/// call to lead next.
+struct Abdicate<'a> {
+    conn: &'a Conn,
+    ticket: Ticket,
+}
+
+impl Drop for Abdicate<'_> {
+    fn drop(&mut self) {
+        let mut t = lock(&self.conn.table);
+        t.leader = false;
+        free(&mut t, self.ticket);
+        wake_next(&t);
     }
 }
 
