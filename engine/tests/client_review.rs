@@ -1,12 +1,12 @@
 //! Regression tests from the review of the client.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ringrpc::client::{Client, Error, Options};
+use ringrpc::client::{Client, Error, Options, Violation};
 use serde_json::{json, Value};
 
 /// A TCP server running `script` on its first accepted connection.
@@ -34,6 +34,26 @@ fn answer(r: &mut BufReader<TcpStream>, v: &Value) {
     let mut s = serde_json::to_vec(v).unwrap();
     s.push(b'\n');
     r.get_mut().write_all(&s).unwrap();
+}
+
+/// Reads one HTTP request (head and Content-Length body).
+fn read_http(r: &mut BufReader<TcpStream>) -> Option<Value> {
+    let mut len = 0;
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap();
+        }
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).ok()?;
+    Some(serde_json::from_slice(&body).unwrap())
 }
 
 /// A call started (registered) but not yet waited for must not swallow the hand-off
@@ -106,4 +126,48 @@ fn a_panic_while_leading_does_not_wedge_the_connection() {
     assert_eq!(c.call::<i64, _>("m", ()).unwrap(), 7);
     drop(c);
     t.join().unwrap();
+}
+
+/// A chunked body whose framing never ends (an endless chunk extension, or endless
+/// trailers) is refused once it passes the response limit, not buffered until the
+/// deadline.
+#[test]
+fn endless_chunked_framing_is_refused_at_the_size_limit() {
+    for tail in [&b"1;"[..], b"0\r\n"] {
+        let (addr, t) = scripted(move |mut r| {
+            read_http(&mut r).unwrap();
+            let s = r.get_mut();
+            s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                .unwrap();
+            s.write_all(tail).unwrap();
+            let filler: &[u8] = if tail == b"1;" {
+                &[b'a'; 4096]
+            } else {
+                b"a: b\r\n"
+            };
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(5) {
+                if s.write_all(filler).is_err() {
+                    break;
+                }
+            }
+        });
+        let opts = Options::default()
+            .timeout(Duration::from_secs(3))
+            .max_response_bytes(64 * 1024);
+        let c = Client::connect_with(&format!("http://{addr}/"), opts).unwrap();
+        let start = Instant::now();
+        let r = c.call::<Value, _>("m", ());
+        let took = start.elapsed();
+        assert!(
+            matches!(
+                r,
+                Err(Error::Protocol(Violation::TooLarge | Violation::BadHttp(_)))
+            ),
+            "{r:?}"
+        );
+        assert!(took < Duration::from_secs(2), "{took:?}");
+        drop(c);
+        t.join().unwrap();
+    }
 }

@@ -118,6 +118,12 @@ pub(crate) fn decode(
                 buf.split_to(n)
             }
             Length::Chunked => match dechunk(&buf[head..], max_body)? {
+                // Chunk extensions and trailers are not body: without this bound an
+                // endless chunk-size line or endless trailers would grow the buffer
+                // without limit. The framing may cost as much again as the body.
+                None if buf.len() - head > max_chunked(max_body) => {
+                    return Err(Violation::TooLarge)
+                }
                 None => return Ok(None),
                 Some((body, used)) => {
                     buf.advance(head + used);
@@ -138,6 +144,11 @@ pub(crate) fn decode(
             close,
         }));
     }
+}
+
+/// The most bytes a chunked body may take on the wire, framing included.
+fn max_chunked(max_body: usize) -> usize {
+    max_body.saturating_mul(2).saturating_add(MAX_HEAD_BYTES)
 }
 
 /// A `Content-Length` value: decimal digits only.
@@ -256,6 +267,14 @@ mod tests {
         ] {
             assert!(all(bad, false).is_err(), "{}", String::from_utf8_lossy(bad));
         }
+        // Framing that never ends is refused too.
+        let mut endless = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1;".to_vec();
+        endless.resize(endless.len() + max_chunked(100) + 1, b'a');
+        let mut buf = BytesMut::from(&endless[..]);
+        assert_eq!(
+            decode(&mut buf, 100, false).unwrap_err(),
+            Violation::TooLarge
+        );
         let big = b"HTTP/1.1 200 OK\r\nContent-Length: 101\r\n\r\n";
         let mut buf = BytesMut::from(&big[..]);
         assert_eq!(

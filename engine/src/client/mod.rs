@@ -123,7 +123,9 @@ impl Options {
     }
 
     /// The largest response accepted (default 8 MiB); a larger one is a protocol
-    /// violation and the connection is dropped.
+    /// violation and the connection is dropped. Over HTTP this bounds the body; a
+    /// chunked body's framing (chunk sizes, extensions, trailers) may take as much
+    /// again, plus 16 KiB.
     pub fn max_response_bytes(mut self, bytes: usize) -> Self {
         self.max_response_bytes = bytes;
         self
