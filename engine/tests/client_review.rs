@@ -1,4 +1,5 @@
-//! Regression tests from the review of the client.
+//! Regression tests from the review of the client: hand-offs between leader and
+//! followers, a panic while leading, unbounded chunked framing, connection resets.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -170,4 +171,22 @@ fn endless_chunked_framing_is_refused_at_the_size_limit() {
         drop(c);
         t.join().unwrap();
     }
+}
+
+/// A connection reset by the server is a closed connection, as when the write side
+/// sees it.
+#[test]
+fn a_connection_reset_mid_call_is_closed() {
+    let (addr, t) = scripted(|mut r| {
+        read_request(&mut r).unwrap();
+        let s = r.into_inner();
+        socket2::SockRef::from(&s)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(s); // RST
+    });
+    let c = Client::connect(&format!("tcp://{addr}")).unwrap();
+    let r = c.call::<Value, _>("m", ());
+    assert!(matches!(r, Err(Error::Closed)), "{r:?}");
+    t.join().unwrap();
 }

@@ -208,6 +208,18 @@ fn is_timeout(e: &io::Error) -> bool {
     )
 }
 
+/// An I/O error on the connection: the peer closing it (reset, broken pipe) is
+/// [`Failure::Closed`], on the read side as on the write side.
+fn io_failure(e: &io::Error) -> Failure {
+    match e.kind() {
+        io::ErrorKind::BrokenPipe
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::NotConnected => Failure::Closed,
+        kind => Failure::Io(kind),
+    }
+}
+
 impl Conn {
     /// Connects to `addr` within `opts.connect_timeout`.
     pub(crate) fn connect(
@@ -309,16 +321,8 @@ impl Conn {
         if let Err(e) = w.stream.write_all(bytes) {
             let f = if is_timeout(&e) {
                 Failure::WriteTimeout
-            } else if matches!(
-                e.kind(),
-                io::ErrorKind::BrokenPipe
-                    | io::ErrorKind::ConnectionReset
-                    | io::ErrorKind::ConnectionAborted
-                    | io::ErrorKind::NotConnected
-            ) {
-                Failure::Closed
             } else {
-                Failure::Io(e.kind())
+                io_failure(&e)
             };
             self.fail(f);
             if let Some(ticket) = ticket {
@@ -473,7 +477,7 @@ impl Conn {
                 continue;
             }
             if let Err(e) = self.read(&mut r, deadline - now) {
-                let f = Failure::Io(e.kind());
+                let f = io_failure(&e);
                 self.fail(f);
                 done = Some(Err(f.error()));
             }
