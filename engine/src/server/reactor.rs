@@ -35,11 +35,18 @@ const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 /// Free space asked for before each read.
 const READ_CHUNK: usize = 16 * 1024;
 
+/// Read buffers a reactor keeps for reuse (at most 2 MiB in all). A spare's earlier
+/// frames are all dropped by then (deferred calls copy theirs), so the next read's
+/// `reserve` takes its whole allocation back without allocating.
+const SPARE_BUFFERS: usize = 32;
+
 /// Everything the answering code needs besides the connection itself.
 struct Ctx {
     engine: Arc<Engine>,
     scratch: Scratch,
     deferred: Vec<Deferred>,
+    /// Read buffers given back by quiet connections (see [`SPARE_BUFFERS`]).
+    spare: Vec<BytesMut>,
     pool: Arc<Pool>,
     /// Connections open across all reactors.
     open: Arc<AtomicUsize>,
@@ -197,6 +204,7 @@ fn serve(parts: Parts) -> io::Result<()> {
         scratch: engine.scratch(),
         engine,
         deferred: Vec::new(),
+        spare: Vec::new(),
         pool,
         open,
         reply_to,
@@ -513,7 +521,10 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
     let mut dry = false;
     while conn.may_read(high_water) && reads < READ_BUDGET {
         if conn.rbuf.capacity() == 0 {
-            conn.rbuf = BytesMut::with_capacity(READ_CHUNK * 4);
+            conn.rbuf = ctx
+                .spare
+                .pop()
+                .unwrap_or_else(|| BytesMut::with_capacity(READ_CHUNK * 4));
         }
         match read_into(conn.stream.fd(), &mut conn.rbuf, READ_CHUNK) {
             Ok(0) => {
@@ -541,9 +552,14 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
             Err(_) => conn.broken = true,
         }
     }
-    // A quiet connection gives its read buffer back.
+    // A quiet connection gives its read buffer back, to the reactor's few spares: a
+    // connection with one request at a time would otherwise allocate and free 64 KiB
+    // per request (~460 instructions of malloc and free, measured with callgrind).
     if conn.rbuf.is_empty() && conn.rbuf.capacity() > 0 {
-        conn.rbuf = BytesMut::new();
+        let buf = std::mem::take(&mut conn.rbuf);
+        if ctx.spare.len() < SPARE_BUFFERS {
+            ctx.spare.push(buf);
+        }
     }
     conn.track_partial(conn.last_active);
     conn.flush();
