@@ -3,12 +3,14 @@
 # callgrind (deterministic: unaffected by other load on the machine). Kernel work
 # (the socket syscalls) is not counted; it is about the same for both servers.
 #
-#   bash benches/scripts/callgrind_server.sh [COUNT]
+#   bash benches/scripts/callgrind_server.sh [COUNT] [tcp16x64|http16x1]
 #
-# Drives each server with loadgen: TCP, 16 connections x 64 in flight, `subtract`.
+# Drives each server with loadgen, `subtract`: TCP with 16 connections x 64 in flight
+# (default), or HTTP with 16 connections x 1.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 count=${1:-200000}
+load=${2:-tcp16x64}
 cargo build --release -q --example server -p examples
 cargo build --release -q -p benches --bin loadgen --bin floor
 bin=${CARGO_TARGET_DIR:-target}/release
@@ -24,7 +26,12 @@ valgrind --tool=callgrind --callgrind-out-file="$out/floor" \
 pids+=($!)
 sleep 8 # valgrind starts slowly
 for port in 7760 7860; do
-  $bin/loadgen --tcp 127.0.0.1:$port --connections 16 --depth 64 --count "$count" --no-verify >/dev/null 2>&1
+  case $load in
+    tcp16x64) args=(--tcp 127.0.0.1:$port --depth 64) ;;
+    http16x1) args=(--http http://127.0.0.1:$((port + 1))/ --depth 1) ;;
+    *) echo "unknown load $load" >&2; exit 2 ;;
+  esac
+  $bin/loadgen "${args[@]}" --connections 16 --count "$count" --no-verify >/dev/null 2>&1
 done
 # ringrpc shuts down gracefully on SIGINT; the floor just ends on SIGTERM.
 kill -INT "${pids[0]}"
