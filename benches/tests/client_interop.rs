@@ -131,3 +131,29 @@ fn jsonrpsee_http_client_calls_the_ringrpc_server() {
     stop.shutdown();
     thread.join().unwrap().unwrap();
 }
+
+/// Params given as raw JSON text (as the example CLI does) may be pretty-printed: their
+/// newlines must not split the request line on a newline-delimited transport.
+#[test]
+fn raw_params_with_newlines_stay_one_request_line() {
+    let mut server = Server::new(demo::engine(Config::default())).unwrap();
+    let tcp = server.listen_tcp("127.0.0.1:0").unwrap();
+    let http = server.listen_http("127.0.0.1:0").unwrap();
+    let stop = server.handle();
+    let thread = std::thread::spawn(move || server.run());
+    let params = serde_json::value::RawValue::from_string("[\n  42,\r\n  23\n]".into()).unwrap();
+    let named = serde_json::value::RawValue::from_string(
+        "{\n\"subtrahend\": 23,\n\"minuend\": 42\n}".into(),
+    )
+    .unwrap();
+    for url in [format!("tcp://{tcp}"), format!("http://{http}/")] {
+        let c = Client::connect(&url).unwrap();
+        assert_eq!(c.call::<i64, _>("subtract", &params).unwrap(), 19, "{url}");
+        assert_eq!(c.call::<i64, _>("subtract", &named).unwrap(), 19, "{url}");
+        let mut b = c.batch();
+        let k = b.call("subtract", &params).unwrap();
+        assert_eq!(b.send().unwrap().get::<i64>(k).unwrap(), 19, "{url}");
+    }
+    stop.shutdown();
+    thread.join().unwrap().unwrap();
+}

@@ -28,6 +28,10 @@ impl std::fmt::Display for ParamsError {
 /// Appends `{"jsonrpc":"2.0","id":ID,"method":M,"params":P}` to `out`; without an id
 /// it is a notification, and params that serialize to `null` (`()`, `None`) are left
 /// out. On error `out` is truncated back to where it was.
+///
+/// The request is always one line: newlines in the params text (possible only as
+/// whitespace between tokens, e.g. in a pretty-printed `RawValue`; JSON strings cannot
+/// hold a raw newline) become spaces, so they cannot split a newline-delimited frame.
 pub(crate) fn write_request<P: serde::Serialize + ?Sized>(
     out: &mut Vec<u8>,
     id: Option<Id<'_>>,
@@ -51,7 +55,14 @@ pub(crate) fn write_request<P: serde::Serialize + ?Sized>(
         return Err(ParamsError::Serialize(e));
     }
     match out.get(value) {
-        Some(b'[' | b'{') => {}
+        Some(b'[' | b'{') => {
+            let params = &mut out[value..];
+            let mut at = 0;
+            while let Some(i) = memchr::memchr2(b'\n', b'\r', &params[at..]) {
+                params[at + i] = b' ';
+                at += i + 1;
+            }
+        }
         Some(b'n') => out.truncate(mark),
         _ => {
             out.truncate(start);
