@@ -190,3 +190,38 @@ fn a_connection_reset_mid_call_is_closed() {
     assert!(matches!(r, Err(Error::Closed)), "{r:?}");
     t.join().unwrap();
 }
+
+/// The call's timeout bounds the whole write of its request, not each write(2): a
+/// server that keeps reading, slowly, must not hold the caller past it.
+#[test]
+fn a_slowly_reading_server_gives_a_write_timeout_at_the_deadline() {
+    let (addr, t) = scripted(|mut r| {
+        let mut chunk = vec![0u8; 64 * 1024];
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(5) {
+            match r.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    });
+    let opts = Options::default().timeout(Duration::from_millis(300));
+    let c = Client::connect_with(&format!("tcp://{addr}"), opts).unwrap();
+    let big = "x".repeat(32 << 20);
+    // Writing the params into the request buffer is not the write being timed.
+    let encoding = {
+        let start = Instant::now();
+        serde_json::to_vec(&[&big]).unwrap();
+        start.elapsed()
+    };
+    let start = Instant::now();
+    let r = c.call::<Value, _>("m", [&big]);
+    let took = start.elapsed().saturating_sub(encoding);
+    assert!(
+        matches!(r, Err(Error::WriteTimeout)),
+        "{r:?} after {took:?}"
+    );
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    drop(c);
+    t.join().unwrap();
+}

@@ -80,11 +80,43 @@ impl Stream {
         };
     }
 
-    fn write_all(&mut self, b: &[u8]) -> io::Result<()> {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
         match self {
-            Self::Tcp(s) => s.write_all(b),
-            Self::Unix(s) => s.write_all(b),
+            Self::Tcp(s) => s.write(b),
+            Self::Unix(s) => s.write(b),
         }
+    }
+
+    /// Writes all of `b` within `limit` in all. `SO_SNDTIMEO` (set to `limit`) bounds
+    /// each write(2) alone, so a peer reading slowly could otherwise stretch one
+    /// request's write without end; after a partial write the timeout is cut to what
+    /// is left (and restored afterwards). A single complete write costs nothing more.
+    fn write_all_within(&mut self, mut b: &[u8], limit: Duration) -> io::Result<()> {
+        let start = Instant::now();
+        let mut cut = false;
+        let r = loop {
+            match self.write(b) {
+                Ok(0) => break Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => b = &b[n..],
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+            if b.is_empty() {
+                break Ok(());
+            }
+            let left = limit.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                break Err(io::ErrorKind::TimedOut.into());
+            }
+            if let Err(e) = self.set_write_timeout(left) {
+                break Err(e);
+            }
+            cut = true;
+        };
+        if cut {
+            let _ = self.set_write_timeout(limit);
+        }
+        r
     }
 }
 
@@ -193,6 +225,8 @@ pub(crate) struct Conn {
     ids: Arc<AtomicU64>,
     max_response: usize,
     max_depth: usize,
+    /// The limit on writing one request (the call timeout).
+    write_timeout: Duration,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -273,6 +307,7 @@ impl Conn {
             ids,
             max_response: opts.max_response_bytes,
             max_depth: opts.max_depth,
+            write_timeout: opts.timeout,
         })
     }
 
@@ -318,7 +353,7 @@ impl Conn {
                 id: ids.start,
             })
         };
-        if let Err(e) = w.stream.write_all(bytes) {
+        if let Err(e) = w.stream.write_all_within(bytes, self.write_timeout) {
             let f = if is_timeout(&e) {
                 Failure::WriteTimeout
             } else {
