@@ -15,7 +15,7 @@ secs=${1:-5}
 rounds=${2:-3}
 cargo build --release -q --example server -p examples
 cargo build --release -q -p benches --bins
-bin=target/release
+bin=${CARGO_TARGET_DIR:-target}/release
 LG=$bin/loadgen
 
 pids=()
