@@ -225,3 +225,76 @@ fn a_slowly_reading_server_gives_a_write_timeout_at_the_deadline() {
     drop(c);
     t.join().unwrap();
 }
+
+/// A TCP server running each script on one accepted connection, in turn.
+fn scripted_each(
+    scripts: Vec<Box<dyn FnOnce(BufReader<TcpStream>) + Send>>,
+) -> (SocketAddr, JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let t = std::thread::spawn(move || {
+        for script in scripts {
+            let (s, _) = l.accept().unwrap();
+            script(BufReader::new(s));
+        }
+    });
+    (addr, t)
+}
+
+/// Answers every request with its id as the result, until the client closes.
+fn echo_ids(mut r: BufReader<TcpStream>) {
+    while let Some(req) = read_request(&mut r) {
+        answer(
+            &mut r,
+            &json!({"jsonrpc":"2.0","id":req["id"],"result":req["id"]}),
+        );
+    }
+}
+
+/// A server may close a keep-alive connection once it has been idle: the next call,
+/// even one that is not idempotent, goes out on a new connection instead of failing
+/// with `Closed` (nothing was sent to a live server).
+#[test]
+fn an_idle_connection_closed_by_the_server_is_replaced_before_writing() {
+    let (addr, t) = scripted_each(vec![
+        Box::new(|mut r| {
+            let req = read_request(&mut r).unwrap();
+            answer(&mut r, &json!({"jsonrpc":"2.0","id":req["id"],"result":1}));
+            // Idle: closed (FIN).
+        }),
+        Box::new(echo_ids),
+    ]);
+    let c = Client::connect(&format!("tcp://{addr}")).unwrap();
+    assert_eq!(c.call::<i64, _>("m", ()).unwrap(), 1);
+    std::thread::sleep(Duration::from_millis(300));
+    let r = c.call::<u64, _>("m", ());
+    assert!(matches!(r, Ok(2)), "{r:?}");
+    drop(c);
+    t.join().unwrap();
+}
+
+/// A write that fails with a reset before the kernel took any of the request cannot
+/// have reached the server: the request is sent again on a new connection.
+#[test]
+fn a_request_refused_whole_by_a_reset_connection_is_sent_on_a_new_one() {
+    let (addr, t) = scripted_each(vec![
+        Box::new(|mut r| {
+            let req = read_request(&mut r).unwrap();
+            answer(&mut r, &json!({"jsonrpc":"2.0","id":req["id"],"result":1}));
+            let s = r.into_inner();
+            socket2::SockRef::from(&s)
+                .set_linger(Some(Duration::ZERO))
+                .unwrap();
+            drop(s); // RST
+        }),
+        Box::new(echo_ids),
+    ]);
+    let c = Client::connect(&format!("tcp://{addr}")).unwrap();
+    assert_eq!(c.call::<i64, _>("m", ()).unwrap(), 1);
+    // Long enough for the reset to arrive, too short for the idle check.
+    std::thread::sleep(Duration::from_millis(20));
+    let r = c.call::<u64, _>("m", ());
+    assert!(matches!(r, Ok(2)), "{r:?}");
+    drop(c);
+    t.join().unwrap();
+}

@@ -38,6 +38,15 @@ use crate::engine::Scratch;
 /// Bytes asked of each read(2).
 const READ_CHUNK: usize = 64 * 1024;
 
+/// A connection with nothing in flight and no write for this long is checked, before
+/// the next request is written, for a close by the peer (servers drop idle keep-alive
+/// connections; ringrpc's after 300 s). The check is one non-blocking recv(2): on every
+/// call of a lone caller it would add a syscall to a round trip of two (about 7 µs);
+/// behind this threshold it costs at most ten a second per connection. Server idle
+/// timeouts are seconds or more, and a close racing with the write can never be ruled
+/// out anyway.
+const IDLE_CHECK_AFTER: Duration = Duration::from_millis(100);
+
 /// A connected stream socket.
 enum Stream {
     Tcp(TcpStream),
@@ -73,6 +82,24 @@ impl Stream {
         }
     }
 
+    /// Whether the peer has closed the connection, learned without blocking or
+    /// consuming anything: a peek returning end of stream or an error. Unread data
+    /// means it is (as far as can be told) open.
+    fn peer_closed(&self) -> bool {
+        let sock = match self {
+            Self::Tcp(s) => socket2::SockRef::from(s),
+            Self::Unix(s) => socket2::SockRef::from(s),
+        };
+        let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
+        match sock.recv_with_flags(&mut byte, libc::MSG_PEEK | libc::MSG_DONTWAIT) {
+            Ok(n) => n == 0,
+            Err(e) => !matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ),
+        }
+    }
+
     fn shutdown(&self) {
         let _ = match self {
             Self::Tcp(s) => s.shutdown(Shutdown::Both),
@@ -91,13 +118,18 @@ impl Stream {
     /// each write(2) alone, so a peer reading slowly could otherwise stretch one
     /// request's write without end; after a partial write the timeout is cut to what
     /// is left (and restored afterwards). A single complete write costs nothing more.
-    fn write_all_within(&mut self, mut b: &[u8], limit: Duration) -> io::Result<()> {
+    /// An error comes with whether any byte had been written.
+    fn write_all_within(&mut self, mut b: &[u8], limit: Duration) -> Result<(), WriteError> {
         let start = Instant::now();
         let mut cut = false;
+        let mut written = false;
         let r = loop {
             match self.write(b) {
                 Ok(0) => break Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => b = &b[n..],
+                Ok(n) => {
+                    b = &b[n..];
+                    written = true;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => break Err(e),
             }
@@ -116,8 +148,15 @@ impl Stream {
         if cut {
             let _ = self.set_write_timeout(limit);
         }
-        r
+        r.map_err(|error| WriteError { error, written })
     }
+}
+
+/// A failed write of one request.
+struct WriteError {
+    error: io::Error,
+    /// Some of the request reached the kernel (so perhaps the server).
+    written: bool,
 }
 
 /// How requests and responses are delimited.
@@ -133,6 +172,8 @@ struct Writer {
     body: Vec<u8>,
     /// HTTP: head and body together, so one write sends both.
     out: Vec<u8>,
+    /// When the last request was written (or the connection made).
+    last_write: Instant,
 }
 
 /// What the leader owns while it reads.
@@ -198,7 +239,8 @@ pub(crate) struct Ticket {
 
 /// Why a send did not happen.
 pub(crate) enum SendError {
-    /// The connection had already failed: nothing was written (safe to resend).
+    /// The connection had already failed, or failed before any of the request was
+    /// written: nothing was sent (safe to resend).
     Dead(Error),
     /// The request may be partly written, or could not be encoded.
     Failed(Error),
@@ -287,6 +329,7 @@ impl Conn {
                 stream,
                 body: Vec::with_capacity(1024),
                 out: Vec::new(),
+                last_write: Instant::now(),
             }),
             reader: Mutex::new(Reader {
                 stream: reader,
@@ -340,6 +383,15 @@ impl Conn {
                 &w.out
             }
         };
+        // Only a connection that has been idle is checked, so a busy one pays no
+        // syscall; see `IDLE_CHECK_AFTER`.
+        let now = Instant::now();
+        let idle = now.duration_since(w.last_write) >= IDLE_CHECK_AFTER;
+        w.last_write = now;
+        if idle && self.nothing_in_flight() && w.stream.peer_closed() {
+            self.fail(Failure::Closed);
+            return Err(SendError::Dead(Error::Closed));
+        }
         let ticket = {
             let mut t = lock(&self.table);
             if let Some(f) = t.failed {
@@ -353,19 +405,36 @@ impl Conn {
                 id: ids.start,
             })
         };
-        if let Err(e) = w.stream.write_all_within(bytes, self.write_timeout) {
-            let f = if is_timeout(&e) {
+        if let Err(WriteError { error, written }) =
+            w.stream.write_all_within(bytes, self.write_timeout)
+        {
+            let f = if is_timeout(&error) {
                 Failure::WriteTimeout
             } else {
-                io_failure(&e)
+                io_failure(&error)
             };
             self.fail(f);
             if let Some(ticket) = ticket {
                 self.release(ticket);
             }
+            // The peer closed (or reset) the connection, and write(2) failed before the
+            // kernel took a single byte of this request: the server cannot have seen
+            // it, so sending it on a new connection is safe even for a call that is not
+            // idempotent. (Once part of it is written, it is not.)
+            if f == Failure::Closed && !written {
+                return Err(SendError::Dead(f.error()));
+            }
             return Err(SendError::Failed(f.error()));
         }
         Ok(ticket)
+    }
+
+    /// No call is registered: none waits for a response, none has one to read.
+    fn nothing_in_flight(&self) -> bool {
+        lock(&self.table)
+            .slots
+            .iter()
+            .all(|s| s.state == State::Free)
     }
 
     /// Takes a free slot (growing the table on first use) for `ids`.
