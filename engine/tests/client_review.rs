@@ -298,3 +298,101 @@ fn a_request_refused_whole_by_a_reset_connection_is_sent_on_a_new_one() {
     drop(c);
     t.join().unwrap();
 }
+
+/// A TCP server that accepts every connection and never reads, for `hold`.
+fn stalling_server(hold: Duration) -> (SocketAddr, JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.set_nonblocking(true).unwrap();
+    let addr = l.local_addr().unwrap();
+    let t = std::thread::spawn(move || {
+        let start = Instant::now();
+        let mut held = Vec::new();
+        while start.elapsed() < hold {
+            match l.accept() {
+                Ok((s, _)) => held.push(s),
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    });
+    (addr, t)
+}
+
+/// One deadline bounds every phase of a call: a caller that first waits for another
+/// caller's (stalled) write, then finds the connection dropped and reconnects, and
+/// then writes, still returns at its own deadline, not at the other's deadline plus a
+/// whole timeout of its own. (In a debug build, encoding 32 MiB of params takes
+/// longer than the timeout: then it is the wait for the writer that is cut short.)
+#[test]
+fn waiting_for_the_writer_and_reconnecting_count_against_the_call_deadline() {
+    let (addr, t) = stalling_server(Duration::from_secs(5));
+    let timeout = Duration::from_secs(1);
+    let opts = Options::default().timeout(timeout);
+    let c = Arc::new(Client::connect_with(&format!("tcp://{addr}"), opts).unwrap());
+    let big = Arc::new("x".repeat(32 << 20));
+    let first = {
+        let (c, big) = (Arc::clone(&c), Arc::clone(&big));
+        std::thread::spawn(move || c.call::<Value, _>("m", [&*big]))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let start = Instant::now();
+    let r = c.call::<Value, _>("m", [&*big]);
+    let took = start.elapsed();
+    assert!(
+        matches!(
+            r,
+            Err(Error::WriteTimeout | Error::ReadTimeout | Error::ConnectTimeout)
+        ),
+        "{r:?} after {took:?}"
+    );
+    assert!(took < timeout * 3 / 2, "{took:?}");
+    let r = first.join().unwrap();
+    assert!(matches!(r, Err(Error::WriteTimeout)), "{r:?}");
+    drop(c);
+    t.join().unwrap();
+}
+
+/// A reconnect is bounded by the call's deadline too, and so is waiting for another
+/// caller's reconnect: a server whose accept queue is full (SYNs dropped) does not hold
+/// calls for the connect timeout.
+#[test]
+fn reconnecting_counts_against_the_call_deadline() {
+    // Backlog 0: once one connection waits to be accepted, further SYNs are dropped.
+    let l = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    l.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+        .unwrap();
+    l.listen(0).unwrap();
+    let l: TcpListener = l.into();
+    let addr = l.local_addr().unwrap();
+    let timeout = Duration::from_millis(500);
+    let opts = Options::default()
+        .timeout(timeout)
+        .connect_timeout(Duration::from_secs(5));
+    let c = Arc::new(Client::connect_with(&format!("tcp://{addr}"), opts).unwrap());
+    let (first, _) = l.accept().unwrap();
+    // Fills the accept queue.
+    let _queued = TcpStream::connect(addr).unwrap();
+    drop(first);
+    std::thread::sleep(Duration::from_millis(200));
+    let other = {
+        let c = Arc::clone(&c);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            let start = Instant::now();
+            (c.call::<Value, _>("m", ()), start.elapsed())
+        })
+    };
+    let start = Instant::now();
+    let r = c.call::<Value, _>("m", ());
+    let took = start.elapsed();
+    assert!(
+        matches!(r, Err(Error::ConnectTimeout)),
+        "{r:?} after {took:?}"
+    );
+    assert!(took < timeout * 3 / 2, "{took:?}");
+    let (r, took) = other.join().unwrap();
+    assert!(
+        matches!(r, Err(Error::ConnectTimeout)),
+        "{r:?} after {took:?}"
+    );
+    assert!(took < timeout * 3 / 2, "{took:?}");
+}

@@ -124,9 +124,9 @@ impl<'c> Batch<'c> {
             out.push(b']');
             Ok(())
         };
-        let (conn, ticket) = self
-            .client
-            .send(first..first + calls, calls > 0, &mut write)?;
+        let (conn, ticket) =
+            self.client
+                .send(first..first + calls, calls > 0, deadline, &mut write)?;
         let mut reply = BatchReply {
             text: Vec::new(),
             results: vec![None; self.calls],

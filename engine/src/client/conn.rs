@@ -114,16 +114,32 @@ impl Stream {
         }
     }
 
-    /// Writes all of `b` within `limit` in all. `SO_SNDTIMEO` (set to `limit`) bounds
-    /// each write(2) alone, so a peer reading slowly could otherwise stretch one
-    /// request's write without end; after a partial write the timeout is cut to what
-    /// is left (and restored afterwards). A single complete write costs nothing more.
-    /// An error comes with whether any byte had been written.
-    fn write_all_within(&mut self, mut b: &[u8], limit: Duration) -> Result<(), WriteError> {
-        let start = Instant::now();
-        let mut cut = false;
+    /// Writes all of `b` by `deadline`. `SO_SNDTIMEO` bounds each write(2) alone, so
+    /// it is set to what is left of the deadline, before the first write and again
+    /// after a partial one (a peer reading slowly could otherwise stretch the write
+    /// without end). `timeout` is the value in force: it is re-set only when far from
+    /// what is left, so a lone caller with one timeout for every call pays no
+    /// setsockopt. An error comes with whether any byte had been written.
+    fn write_all_within(
+        &mut self,
+        mut b: &[u8],
+        deadline: Instant,
+        timeout: &mut Duration,
+    ) -> Result<(), WriteError> {
         let mut written = false;
         let r = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break Err(io::ErrorKind::TimedOut.into());
+            }
+            // Zero would mean no timeout at all.
+            let left = left.max(Duration::from_millis(1));
+            if *timeout > left + Duration::from_millis(1) || *timeout < left / 2 {
+                if let Err(e) = self.set_write_timeout(left) {
+                    break Err(e);
+                }
+                *timeout = left;
+            }
             match self.write(b) {
                 Ok(0) => break Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
@@ -136,18 +152,7 @@ impl Stream {
             if b.is_empty() {
                 break Ok(());
             }
-            let left = limit.saturating_sub(start.elapsed());
-            if left.is_zero() {
-                break Err(io::ErrorKind::TimedOut.into());
-            }
-            if let Err(e) = self.set_write_timeout(left) {
-                break Err(e);
-            }
-            cut = true;
         };
-        if cut {
-            let _ = self.set_write_timeout(limit);
-        }
         r.map_err(|error| WriteError { error, written })
     }
 }
@@ -167,6 +172,8 @@ enum Framing {
 
 /// What the writer owns: the socket's writing side and reused buffers.
 struct Writer {
+    /// The `SO_SNDTIMEO` in force.
+    timeout: Duration,
     stream: Stream,
     /// The request (or batch) text.
     body: Vec<u8>,
@@ -174,6 +181,31 @@ struct Writer {
     out: Vec<u8>,
     /// When the last request was written (or the connection made).
     last_write: Instant,
+}
+
+/// The writer and how many callers wait for it.
+struct WriterSlot {
+    writer: Option<Writer>,
+    /// Callers blocked on `writer_free`: notified only if there are any, since a
+    /// notify is a syscall even when no one waits.
+    waiting: u32,
+}
+
+/// The writer, taken out of its slot; put back (and a waiting caller woken) on drop,
+/// also when the caller's params serializer panics.
+struct WriterGuard<'a> {
+    conn: &'a Conn,
+    writer: Option<Writer>,
+}
+
+impl Drop for WriterGuard<'_> {
+    fn drop(&mut self) {
+        let mut slot = lock(&self.conn.writer);
+        slot.writer = self.writer.take();
+        if slot.waiting > 0 {
+            self.conn.writer_free.notify_one();
+        }
+    }
 }
 
 /// What the leader owns while it reads.
@@ -256,7 +288,10 @@ enum Route {
 /// One connection.
 pub(crate) struct Conn {
     framing: Framing,
-    writer: Mutex<Writer>,
+    /// The writer, taken out by the caller writing (`None` meanwhile). Not a plain
+    /// mutex: a caller waits for it only until its deadline (`writer_free`).
+    writer: Mutex<WriterSlot>,
+    writer_free: Condvar,
     reader: Mutex<Reader>,
     table: Mutex<Table>,
     /// Set once the connection has failed, read without a lock by `Client`.
@@ -267,8 +302,6 @@ pub(crate) struct Conn {
     ids: Arc<AtomicU64>,
     max_response: usize,
     max_depth: usize,
-    /// The limit on writing one request (the call timeout).
-    write_timeout: Duration,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -297,21 +330,22 @@ fn io_failure(e: &io::Error) -> Failure {
 }
 
 impl Conn {
-    /// Connects to `addr` within `opts.connect_timeout`.
+    /// Connects to `addr` within `connect_timeout`.
     pub(crate) fn connect(
         addr: &Address,
         opts: &Options,
+        connect_timeout: Duration,
         ids: Arc<AtomicU64>,
     ) -> Result<Self, Error> {
         let (stream, framing) = match addr {
-            Address::Tcp(hp) => (Stream::Tcp(tcp(hp, opts.connect_timeout)?), Framing::Line),
+            Address::Tcp(hp) => (Stream::Tcp(tcp(hp, connect_timeout)?), Framing::Line),
             Address::Unix(path) => (
                 // A local socket connects at once or fails: no timeout is needed.
                 Stream::Unix(UnixStream::connect(path).map_err(Error::Connect)?),
                 Framing::Line,
             ),
             Address::Http { authority, path } => (
-                Stream::Tcp(tcp(authority, opts.connect_timeout)?),
+                Stream::Tcp(tcp(authority, connect_timeout)?),
                 Framing::Http {
                     authority: authority.clone(),
                     path: path.clone(),
@@ -325,12 +359,17 @@ impl Conn {
         let control = stream.try_clone().map_err(Error::Connect)?;
         Ok(Self {
             framing,
-            writer: Mutex::new(Writer {
-                stream,
-                body: Vec::with_capacity(1024),
-                out: Vec::new(),
-                last_write: Instant::now(),
+            writer: Mutex::new(WriterSlot {
+                writer: Some(Writer {
+                    timeout: opts.timeout,
+                    stream,
+                    body: Vec::with_capacity(1024),
+                    out: Vec::new(),
+                    last_write: Instant::now(),
+                }),
+                waiting: 0,
             }),
+            writer_free: Condvar::new(),
             reader: Mutex::new(Reader {
                 stream: reader,
                 buf: BytesMut::with_capacity(READ_CHUNK),
@@ -350,7 +389,6 @@ impl Conn {
             ids,
             max_response: opts.max_response_bytes,
             max_depth: opts.max_depth,
-            write_timeout: opts.timeout,
         })
     }
 
@@ -361,14 +399,22 @@ impl Conn {
 
     /// Writes one request (or batch) produced by `write`; with `reply`, registers a
     /// slot for the ids `ids` first, so the response cannot arrive before it.
+    /// Waiting for the writer, and writing, end at `deadline` (`Error::WriteTimeout`;
+    /// when nothing was written yet, the connection stays usable).
     pub(crate) fn send(
         &self,
         ids: Range<u64>,
         reply: bool,
+        deadline: Instant,
         write: &mut dyn FnMut(&mut Vec<u8>) -> Result<(), Error>,
     ) -> Result<Option<Ticket>, SendError> {
-        let mut w = lock(&self.writer);
-        let w = &mut *w;
+        let mut guard = self
+            .take_writer(deadline)
+            .ok_or(SendError::Failed(Error::WriteTimeout))?;
+        let Some(w) = guard.writer.as_mut() else {
+            // Never: `take_writer` returns a guard holding the writer.
+            return Err(SendError::Failed(Error::WriteTimeout));
+        };
         w.body.clear();
         write(&mut w.body).map_err(SendError::Failed)?;
         let bytes: &[u8] = match &self.framing {
@@ -392,6 +438,10 @@ impl Conn {
             self.fail(Failure::Closed);
             return Err(SendError::Dead(Error::Closed));
         }
+        if now >= deadline {
+            // Spent waiting for the writer: nothing is sent, the connection is fine.
+            return Err(SendError::Failed(Error::WriteTimeout));
+        }
         let ticket = {
             let mut t = lock(&self.table);
             if let Some(f) = t.failed {
@@ -406,7 +456,7 @@ impl Conn {
             })
         };
         if let Err(WriteError { error, written }) =
-            w.stream.write_all_within(bytes, self.write_timeout)
+            w.stream.write_all_within(bytes, deadline, &mut w.timeout)
         {
             let f = if is_timeout(&error) {
                 Failure::WriteTimeout
@@ -427,6 +477,30 @@ impl Conn {
             return Err(SendError::Failed(f.error()));
         }
         Ok(ticket)
+    }
+
+    /// Takes the writer, waiting for it at most until `deadline`.
+    fn take_writer(&self, deadline: Instant) -> Option<WriterGuard<'_>> {
+        let mut slot = lock(&self.writer);
+        loop {
+            if let Some(w) = slot.writer.take() {
+                return Some(WriterGuard {
+                    conn: self,
+                    writer: Some(w),
+                });
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            slot.waiting += 1;
+            slot = self
+                .writer_free
+                .wait_timeout(slot, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+            slot.waiting -= 1;
+        }
     }
 
     /// No call is registered: none waits for a response, none has one to read.

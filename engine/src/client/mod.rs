@@ -64,7 +64,7 @@ use std::borrow::Cow;
 use std::hash::{BuildHasher, Hasher};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
@@ -109,8 +109,11 @@ impl Options {
         self
     }
 
-    /// Each call's deadline, counted from when it is sent (default 30 s); also the
-    /// limit on one write. Past it, [`Error::ReadTimeout`] or [`Error::WriteTimeout`].
+    /// Each call's deadline, counted from when the call starts (default 30 s). It bounds
+    /// the whole call: waiting for another caller's write or reconnect, reconnecting
+    /// (with the connect timeout, whichever ends first), writing and reading. Past it,
+    /// [`Error::ConnectTimeout`], [`Error::WriteTimeout`] or [`Error::ReadTimeout`]. Each
+    /// retry of [`Client::call_idempotent`] has a deadline of its own.
     pub fn timeout(mut self, t: Duration) -> Self {
         self.timeout = t.max(Duration::from_millis(1));
         self
@@ -284,10 +287,34 @@ fn single_reply<T>(
 pub struct Client {
     address: Address,
     options: Options,
-    conn: Mutex<Option<Arc<Conn>>>,
+    link: Mutex<Link>,
+    /// Notified when a connection attempt ends.
+    connected: Condvar,
     /// The next id: ids only grow, so one is never reused on any connection of this
     /// client (except on purpose, by a retry).
     ids: Arc<AtomicU64>,
+}
+
+/// The client's connection, and whether a caller is making a new one.
+struct Link {
+    conn: Option<Arc<Conn>>,
+    /// A caller is connecting, without holding the lock: others wait on `connected`,
+    /// each only until its own deadline.
+    connecting: bool,
+}
+
+/// Clears `Link::connecting` however the connect attempt ends.
+struct Connecting<'a>(&'a Client);
+
+impl Drop for Connecting<'_> {
+    fn drop(&mut self) {
+        lock(&self.0.link).connecting = false;
+        self.0.connected.notify_all();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl std::fmt::Debug for Client {
@@ -318,28 +345,62 @@ impl Client {
     pub fn connect_with(url: &str, options: Options) -> Result<Self, Error> {
         let address = Address::parse(url)?;
         let ids = Arc::new(AtomicU64::new(1));
-        let conn = Conn::connect(&address, &options, Arc::clone(&ids))?;
+        let conn = Conn::connect(
+            &address,
+            &options,
+            options.connect_timeout,
+            Arc::clone(&ids),
+        )?;
         Ok(Self {
             address,
             options,
-            conn: Mutex::new(Some(Arc::new(conn))),
+            link: Mutex::new(Link {
+                conn: Some(Arc::new(conn)),
+                connecting: false,
+            }),
+            connected: Condvar::new(),
             ids,
         })
     }
 
-    /// The live connection, reconnecting if the last one failed.
-    fn conn(&self) -> Result<Arc<Conn>, Error> {
-        let mut c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(conn) = c.as_ref().filter(|c| !c.is_dead()) {
-            return Ok(Arc::clone(conn));
+    /// The live connection, reconnecting if the last one failed; waiting for another
+    /// caller's reconnect, or connecting, ends at `deadline` (`Error::ConnectTimeout`).
+    fn conn(&self, deadline: Instant) -> Result<Arc<Conn>, Error> {
+        let mut link = lock(&self.link);
+        loop {
+            if let Some(conn) = link.conn.as_ref().filter(|c| !c.is_dead()) {
+                return Ok(Arc::clone(conn));
+            }
+            if !link.connecting {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::ConnectTimeout);
+            }
+            link = self
+                .connected
+                .wait_timeout(link, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
-        *c = None;
+        link.conn = None;
+        link.connecting = true;
+        drop(link);
+        let connecting = Connecting(self);
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::ConnectTimeout);
+        }
+        let timeout = left.min(self.options.connect_timeout);
         let conn = Arc::new(Conn::connect(
             &self.address,
             &self.options,
+            timeout,
             Arc::clone(&self.ids),
         )?);
-        *c = Some(Arc::clone(&conn));
+        lock(&self.link).conn = Some(Arc::clone(&conn));
+        drop(connecting);
         Ok(conn)
     }
 
@@ -400,8 +461,9 @@ impl Client {
     ///
     /// Transport errors and [`Error::Encode`].
     pub fn notify<P: Serialize>(&self, method: &str, params: P) -> Result<(), Error> {
+        let deadline = Instant::now() + self.options.timeout;
         let mut write = |buf: &mut Vec<u8>| encode(write_request(buf, None, method, &params));
-        self.send(0..0, false, &mut write).map(|_| ())
+        self.send(0..0, false, deadline, &mut write).map(|_| ())
     }
 
     /// Sends a call without waiting for its answer, for pipelining from one thread:
@@ -416,7 +478,7 @@ impl Client {
         let deadline = Instant::now() + self.options.timeout;
         let mut write =
             |buf: &mut Vec<u8>| encode(write_request(buf, Some(Id::UInt(id)), method, &params));
-        let (conn, ticket) = self.send(id..id + 1, true, &mut write)?;
+        let (conn, ticket) = self.send(id..id + 1, true, deadline, &mut write)?;
         Ok(Pending {
             conn,
             ticket,
@@ -432,17 +494,19 @@ impl Client {
     }
 
     /// Sends on the live connection; a connection found dead before anything was
-    /// written is replaced once.
+    /// written is replaced once. Every wait (for a reconnect, the writer, the write)
+    /// ends at `deadline`, the call's one deadline.
     fn send(
         &self,
         ids: std::ops::Range<u64>,
         reply: bool,
+        deadline: Instant,
         write: &mut dyn FnMut(&mut Vec<u8>) -> Result<(), Error>,
     ) -> Result<(Arc<Conn>, Option<Ticket>), Error> {
         let mut reconnected = false;
         loop {
-            let conn = self.conn()?;
-            match conn.send(ids.clone(), reply, write) {
+            let conn = self.conn(deadline)?;
+            match conn.send(ids.clone(), reply, deadline, write) {
                 Ok(t) => return Ok((conn, t)),
                 Err(SendError::Dead(_)) if !reconnected => reconnected = true,
                 Err(SendError::Dead(e) | SendError::Failed(e)) => return Err(e),
@@ -500,7 +564,7 @@ impl Client {
         let deadline = Instant::now() + self.options.timeout;
         let mut write =
             |buf: &mut Vec<u8>| encode(write_request(buf, Some(Id::UInt(id)), method, params));
-        let (conn, ticket) = self.send(id..id + 1, true, &mut write)?;
+        let (conn, ticket) = self.send(id..id + 1, true, deadline, &mut write)?;
         let Some(ticket) = ticket else {
             return Err(Error::Protocol(Violation::MissingResponse));
         };
