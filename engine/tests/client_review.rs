@@ -396,3 +396,47 @@ fn reconnecting_counts_against_the_call_deadline() {
     );
     assert!(took < timeout * 3 / 2, "{took:?}");
 }
+
+/// A large chunked response in many small chunks and many writes is decoded as it
+/// arrives, correctly. (On loopback the reads grow as decoding falls behind, so the old
+/// decode-from-scratch cost stayed within 2×; the unit tests in `client/http.rs`
+/// check that progress is kept across reads.)
+#[test]
+fn a_large_chunked_response_in_many_small_chunks_decodes() {
+    const LEN: usize = 16 << 20;
+    let (addr, t) = scripted(|mut r| {
+        let req = read_http(&mut r).unwrap();
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{},"result":"{}"}}"#,
+            req["id"],
+            "x".repeat(LEN)
+        );
+        let s = r.get_mut();
+        s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            .unwrap();
+        for chunk in body.as_bytes().chunks(4096) {
+            let mut wire = format!("{:x}\r\n", chunk.len()).into_bytes();
+            wire.extend_from_slice(chunk);
+            wire.extend_from_slice(b"\r\n");
+            if s.write_all(&wire).is_err() {
+                return;
+            }
+        }
+        let _ = s.write_all(b"0\r\n\r\n");
+        read_http(&mut r);
+    });
+    let opts = Options::default()
+        .timeout(Duration::from_secs(20))
+        .max_response_bytes(32 << 20);
+    let c = Client::connect_with(&format!("http://{addr}/"), opts).unwrap();
+    let start = Instant::now();
+    let r = c.call::<String, _>("m", ());
+    let took = start.elapsed();
+    match r {
+        Ok(s) => assert!(s.len() == LEN && s.bytes().all(|b| b == b'x')),
+        Err(e) => panic!("{e:?} after {took:?}"),
+    }
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    drop(c);
+    t.join().unwrap();
+}

@@ -213,6 +213,8 @@ struct Reader {
     stream: Stream,
     buf: BytesMut,
     lines: LineDecoder,
+    /// HTTP: the response being decoded, kept across reads.
+    http: http::Decoder,
     scratch: Scratch,
     /// The read timeout currently set on the socket.
     timeout: Option<Duration>,
@@ -374,6 +376,7 @@ impl Conn {
                 stream: reader,
                 buf: BytesMut::with_capacity(READ_CHUNK),
                 lines: LineDecoder::new(opts.max_response_bytes),
+                http: http::Decoder::default(),
                 scratch: Scratch::with_max_depth(opts.max_depth),
                 timeout: None,
                 eof: false,
@@ -702,6 +705,7 @@ impl Conn {
         let Reader {
             buf,
             lines,
+            http,
             scratch,
             eof,
             ..
@@ -713,8 +717,9 @@ impl Conn {
                 Err(_) => Err(Failure::Protocol(Violation::TooLarge)),
             },
             Framing::Http { .. } => {
-                let reply =
-                    http::decode(buf, self.max_response, *eof).map_err(Failure::Protocol)?;
+                let reply = http
+                    .decode(buf, self.max_response, *eof)
+                    .map_err(Failure::Protocol)?;
                 let Some(reply) = reply else {
                     return Ok(None);
                 };

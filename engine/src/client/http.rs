@@ -1,6 +1,6 @@
 //! The client's HTTP/1.1: request heads, and responses decoded off the read buffer
 //! (head parsed with httparse into stack storage; `Content-Length`, chunked, or
-//! read-until-close bodies).
+//! read-until-close bodies), resuming across reads.
 
 use bytes::{Buf, BytesMut};
 
@@ -34,115 +34,257 @@ pub(crate) struct Reply {
     pub(crate) close: bool,
 }
 
+/// Decodes responses off the front of the read buffer, resuming where the last call
+/// stopped: a head is parsed once, and a chunked body is de-chunked as its bytes
+/// arrive, so a large response arriving in many reads costs time linear in its size
+/// and no allocation.
+#[derive(Default)]
+pub(crate) struct Decoder {
+    /// The response whose head has been taken off the buffer and whose body is not
+    /// complete yet.
+    partial: Option<Partial>,
+}
+
+struct Partial {
+    status: u16,
+    close: bool,
+    body: Length,
+}
+
 /// How the body is delimited.
 enum Length {
-    None,
     Exact(usize),
-    Chunked,
+    Chunked(Chunked),
     UntilClose,
 }
 
-/// Takes the next complete response off the front of `buf`; `Ok(None)` means more
-/// bytes are needed. `eof`: the peer has closed, so a body delimited by the close is
-/// complete. 1xx interim responses are skipped.
-///
-/// The head is re-parsed on each call until the body is complete: heads are small, and
-/// keeping no state makes a partial response impossible to misread.
-pub(crate) fn decode(
-    buf: &mut BytesMut,
-    max_body: usize,
-    eof: bool,
-) -> Result<Option<Reply>, Violation> {
-    loop {
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut resp = httparse::Response::new(&mut headers);
-        let head = match resp.parse(buf) {
-            Ok(httparse::Status::Complete(n)) => n,
-            Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD_BYTES => {
-                return Err(Violation::BadHttp("response head too large"))
+/// Where a chunked body's decoding stands. Its bytes are de-chunked in place: the
+/// payload is moved to the front of the buffer as it arrives (`decoded` bytes), over
+/// the framing already consumed; `pos` is how far into the buffer the wire bytes have
+/// been consumed.
+#[derive(Default)]
+struct Chunked {
+    decoded: usize,
+    pos: usize,
+    step: Step,
+    /// Bytes of trailers so far.
+    trailers: usize,
+}
+
+#[derive(Default)]
+enum Step {
+    /// Expecting a chunk-size line.
+    #[default]
+    Size,
+    /// Inside a chunk's payload, with this many bytes left.
+    Data(usize),
+    /// Expecting the CRLF after a chunk's payload.
+    DataEnd,
+    /// After the last chunk: trailer lines up to an empty one.
+    Trailers,
+}
+
+/// What a complete head says.
+enum Head {
+    /// A 1xx interim response, skipped.
+    Interim,
+    Final(Partial),
+}
+
+impl Decoder {
+    /// Takes the next complete response off the front of `buf`; `Ok(None)` means more
+    /// bytes are needed (the progress made is kept). `eof`: the peer has closed, so a
+    /// body delimited by the close is complete. 1xx interim responses are skipped.
+    pub(crate) fn decode(
+        &mut self,
+        buf: &mut BytesMut,
+        max_body: usize,
+        eof: bool,
+    ) -> Result<Option<Reply>, Violation> {
+        let p = loop {
+            if let Some(p) = self.partial.as_mut() {
+                break p;
             }
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(_) => return Err(Violation::BadHttp("malformed response head")),
-        };
-        let status = resp.code.unwrap_or(0);
-        let mut close = resp.version == Some(0);
-        let mut length = Length::UntilClose;
-        for h in resp.headers.iter() {
-            if h.name.eq_ignore_ascii_case("content-length") {
-                let n = parse_len(h.value).ok_or(Violation::BadHttp("bad Content-Length"))?;
-                match length {
-                    Length::Exact(m) if m != n => {
-                        return Err(Violation::BadHttp("conflicting Content-Length"))
-                    }
-                    Length::Chunked => {
-                        return Err(Violation::BadHttp("Content-Length and chunked"))
-                    }
-                    _ => length = Length::Exact(n),
-                }
-            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                let last = h.value.rsplit(|&b| b == b',').next().unwrap_or(b"");
-                if !last.trim_ascii().eq_ignore_ascii_case(b"chunked") {
-                    return Err(Violation::BadHttp("unsupported transfer coding"));
-                }
-                if matches!(length, Length::Exact(_)) {
-                    return Err(Violation::BadHttp("Content-Length and chunked"));
-                }
-                length = Length::Chunked;
-            } else if h.name.eq_ignore_ascii_case("connection") {
-                for token in h.value.split(|&b| b == b',') {
-                    let token = token.trim_ascii();
-                    if token.eq_ignore_ascii_case(b"close") {
-                        close = true;
-                    } else if token.eq_ignore_ascii_case(b"keep-alive") {
-                        close = false;
-                    }
-                }
-            }
-        }
-        if (100..200).contains(&status) {
-            buf.advance(head);
-            continue;
-        }
-        if status == 204 || status == 304 {
-            length = Length::None;
-        }
-        let body = match length {
-            Length::None => {
-                buf.advance(head);
-                BytesMut::new()
-            }
-            Length::Exact(n) if n > max_body => return Err(Violation::TooLarge),
-            Length::Exact(n) if buf.len() - head < n => return Ok(None),
-            Length::Exact(n) => {
-                buf.advance(head);
-                buf.split_to(n)
-            }
-            Length::Chunked => match dechunk(&buf[head..], max_body)? {
-                // Chunk extensions and trailers are not body: without this bound an
-                // endless chunk-size line or endless trailers would grow the buffer
-                // without limit. The framing may cost as much again as the body.
-                None if buf.len() - head > max_chunked(max_body) => {
-                    return Err(Violation::TooLarge)
-                }
+            match head(buf, max_body)? {
                 None => return Ok(None),
-                Some((body, used)) => {
-                    buf.advance(head + used);
-                    body
+                Some(Head::Interim) => {}
+                Some(Head::Final(p)) => self.partial = Some(p),
+            }
+        };
+        let body = match &mut p.body {
+            Length::Exact(n) if buf.len() < *n => return Ok(None),
+            Length::Exact(n) => buf.split_to(*n),
+            Length::Chunked(c) => {
+                if !c.advance(buf, max_body)? {
+                    // Chunk extensions and trailers are not body: without this bound
+                    // endless framing would grow the buffer without limit. The framing
+                    // may cost as much again as the body. (`buf` holds exactly the
+                    // body's wire bytes so far.)
+                    if buf.len() > max_chunked(max_body) {
+                        return Err(Violation::TooLarge);
+                    }
+                    return Ok(None);
                 }
-            },
-            Length::UntilClose if buf.len() - head > max_body => return Err(Violation::TooLarge),
+                let body = buf.split_to(c.decoded);
+                buf.advance(c.pos - c.decoded);
+                body
+            }
+            Length::UntilClose if buf.len() > max_body => return Err(Violation::TooLarge),
             Length::UntilClose if !eof => return Ok(None),
             Length::UntilClose => {
-                buf.advance(head);
-                close = true;
+                p.close = true;
                 buf.split()
             }
         };
-        return Ok(Some(Reply {
-            status,
+        let Some(p) = self.partial.take() else {
+            // Never: `p` borrowed it just above.
+            return Err(Violation::MissingResponse);
+        };
+        Ok(Some(Reply {
+            status: p.status,
             body,
-            close,
-        }));
+            close: p.close,
+        }))
+    }
+}
+
+/// Parses a response head at the front of `buf` and takes it off; `Ok(None)` when it
+/// is not complete yet (heads are small: re-parsing a partial one is cheap).
+fn head(buf: &mut BytesMut, max_body: usize) -> Result<Option<Head>, Violation> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut headers);
+    let head = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD_BYTES => {
+            return Err(Violation::BadHttp("response head too large"))
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(_) => return Err(Violation::BadHttp("malformed response head")),
+    };
+    let status = resp.code.unwrap_or(0);
+    let mut close = resp.version == Some(0);
+    let mut exact = None;
+    let mut chunked = false;
+    for h in resp.headers.iter() {
+        if h.name.eq_ignore_ascii_case("content-length") {
+            let n = parse_len(h.value).ok_or(Violation::BadHttp("bad Content-Length"))?;
+            if exact.is_some_and(|m| m != n) {
+                return Err(Violation::BadHttp("conflicting Content-Length"));
+            }
+            if chunked {
+                return Err(Violation::BadHttp("Content-Length and chunked"));
+            }
+            exact = Some(n);
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            let last = h.value.rsplit(|&b| b == b',').next().unwrap_or(b"");
+            if !last.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+                return Err(Violation::BadHttp("unsupported transfer coding"));
+            }
+            if exact.is_some() {
+                return Err(Violation::BadHttp("Content-Length and chunked"));
+            }
+            chunked = true;
+        } else if h.name.eq_ignore_ascii_case("connection") {
+            for token in h.value.split(|&b| b == b',') {
+                let token = token.trim_ascii();
+                if token.eq_ignore_ascii_case(b"close") {
+                    close = true;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                    close = false;
+                }
+            }
+        }
+    }
+    buf.advance(head);
+    if (100..200).contains(&status) {
+        return Ok(Some(Head::Interim));
+    }
+    let body = match (exact, chunked) {
+        _ if status == 204 || status == 304 => Length::Exact(0),
+        (Some(n), _) if n > max_body => return Err(Violation::TooLarge),
+        (Some(n), _) => Length::Exact(n),
+        (None, true) => Length::Chunked(Chunked::default()),
+        (None, false) => Length::UntilClose,
+    };
+    Ok(Some(Head::Final(Partial {
+        status,
+        close,
+        body,
+    })))
+}
+
+impl Chunked {
+    /// Consumes what has arrived of the body; `true` once it is complete (payload at
+    /// `buf[..decoded]`, wire bytes up to `pos`). Each byte is looked at once, except
+    /// an incomplete chunk-size line, re-parsed per read and at most 16 KiB long.
+    fn advance(&mut self, buf: &mut BytesMut, max_body: usize) -> Result<bool, Violation> {
+        loop {
+            let raw = &buf[self.pos..];
+            match self.step {
+                Step::Size => match httparse::parse_chunk_size(raw) {
+                    Ok(httparse::Status::Complete((used, size))) => {
+                        self.pos += used;
+                        if size == 0 {
+                            self.step = Step::Trailers;
+                            continue;
+                        }
+                        let size = usize::try_from(size).map_err(|_| Violation::TooLarge)?;
+                        if self.decoded.saturating_add(size) > max_body {
+                            return Err(Violation::TooLarge);
+                        }
+                        self.step = Step::Data(size);
+                    }
+                    Ok(httparse::Status::Partial) if raw.len() > MAX_HEAD_BYTES => {
+                        return Err(Violation::TooLarge)
+                    }
+                    Ok(httparse::Status::Partial) => return Ok(false),
+                    Err(_) => return Err(Violation::BadHttp("malformed chunk size")),
+                },
+                Step::Data(left) => {
+                    let n = left.min(raw.len());
+                    if n == 0 {
+                        return Ok(false);
+                    }
+                    if self.decoded != self.pos {
+                        buf.copy_within(self.pos..self.pos + n, self.decoded);
+                    }
+                    self.decoded += n;
+                    self.pos += n;
+                    self.step = if n == left {
+                        Step::DataEnd
+                    } else {
+                        Step::Data(left - n)
+                    };
+                }
+                Step::DataEnd => {
+                    let Some(end) = raw.get(..2) else {
+                        return Ok(false);
+                    };
+                    if end != b"\r\n" {
+                        return Err(Violation::BadHttp("chunk without CRLF"));
+                    }
+                    self.pos += 2;
+                    self.step = Step::Size;
+                }
+                Step::Trailers => {
+                    let Some(nl) = memchr::memchr(b'\n', raw) else {
+                        if self.trailers + raw.len() > MAX_HEAD_BYTES {
+                            return Err(Violation::BadHttp("trailers too large"));
+                        }
+                        return Ok(false);
+                    };
+                    let empty = nl == 0 || (nl == 1 && raw[0] == b'\r');
+                    self.pos += nl + 1;
+                    self.trailers += nl + 1;
+                    if empty {
+                        return Ok(true);
+                    }
+                    if self.trailers > MAX_HEAD_BYTES {
+                        return Err(Violation::BadHttp("trailers too large"));
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -160,50 +302,6 @@ fn parse_len(v: &[u8]) -> Option<usize> {
     std::str::from_utf8(v).ok()?.parse().ok()
 }
 
-/// De-chunks a complete chunked body at the front of `b` into a new buffer; returns it
-/// and the bytes consumed (trailers included), or `None` if the body is incomplete.
-fn dechunk(mut b: &[u8], max_body: usize) -> Result<Option<(BytesMut, usize)>, Violation> {
-    let total = b.len();
-    let mut body = BytesMut::new();
-    loop {
-        let (used, size) = match httparse::parse_chunk_size(b) {
-            Ok(httparse::Status::Complete(c)) => c,
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(_) => return Err(Violation::BadHttp("malformed chunk size")),
-        };
-        b = &b[used..];
-        if size == 0 {
-            break;
-        }
-        let size = usize::try_from(size).map_err(|_| Violation::TooLarge)?;
-        if body.len().saturating_add(size) > max_body {
-            return Err(Violation::TooLarge);
-        }
-        if b.len() < size + 2 {
-            return Ok(None);
-        }
-        if &b[size..size + 2] != b"\r\n" {
-            return Err(Violation::BadHttp("chunk without CRLF"));
-        }
-        body.extend_from_slice(&b[..size]);
-        b = &b[size + 2..];
-    }
-    // Trailer lines, up to an empty line.
-    loop {
-        let Some(nl) = memchr::memchr(b'\n', b) else {
-            if b.len() > MAX_HEAD_BYTES {
-                return Err(Violation::BadHttp("trailers too large"));
-            }
-            return Ok(None);
-        };
-        let line = &b[..nl];
-        b = &b[nl + 1..];
-        if line.is_empty() || line == b"\r" {
-            return Ok(Some((body, total - b.len())));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,7 +309,8 @@ mod tests {
     fn all(input: &[u8], eof: bool) -> Result<Vec<(u16, Vec<u8>, bool)>, Violation> {
         let mut buf = BytesMut::from(input);
         let mut out = Vec::new();
-        while let Some(r) = decode(&mut buf, 1 << 20, eof)? {
+        let mut d = Decoder::default();
+        while let Some(r) = d.decode(&mut buf, 1 << 20, eof)? {
             out.push((r.status, r.body.to_vec(), r.close));
             if buf.is_empty() {
                 break;
@@ -245,14 +344,89 @@ mod tests {
         let full = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
         for cut in 0..full.len() {
             let mut buf = BytesMut::from(&full[..cut]);
-            assert!(decode(&mut buf, 100, false).unwrap().is_none(), "{cut}");
+            let mut d = Decoder::default();
+            assert!(d.decode(&mut buf, 100, false).unwrap().is_none(), "{cut}");
         }
         let mut buf = BytesMut::from(&full[..]);
         assert_eq!(
-            &decode(&mut buf, 100, false).unwrap().unwrap().body[..],
+            &Decoder::default()
+                .decode(&mut buf, 100, false)
+                .unwrap()
+                .unwrap()
+                .body[..],
             b"hello"
         );
         assert!(buf.is_empty());
+    }
+
+    /// Feeds `input` in pieces of `step` bytes to one decoder, as reads would.
+    fn fed(input: &[u8], cuts: &[usize]) -> Vec<(u16, Vec<u8>, bool)> {
+        let mut d = Decoder::default();
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        let mut from = 0;
+        for &to in cuts.iter().chain([&input.len()]) {
+            buf.extend_from_slice(&input[from..to]);
+            from = to;
+            while let Some(r) = d.decode(&mut buf, 1 << 20, false).unwrap() {
+                out.push((r.status, r.body.to_vec(), r.close));
+            }
+        }
+        assert!(buf.is_empty());
+        out
+    }
+
+    /// The decoder keeps its progress between reads: two pipelined responses (one
+    /// chunked with an extension and trailers) split at every point, and fed a byte at
+    /// a time, decode as when they arrive whole.
+    #[test]
+    fn decoding_resumes_at_every_split_point() {
+        let input = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\n[1,\r\n1\r\n2\r\nB\r\n,3,4,5,6,7]\r\n0\r\nT: v\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
+        let whole = fed(input, &[]);
+        assert_eq!(
+            whole,
+            vec![
+                (200, b"[1,2,3,4,5,6,7]".to_vec(), false),
+                (200, b"{}".to_vec(), false)
+            ]
+        );
+        for cut in 0..input.len() {
+            assert_eq!(fed(input, &[cut]), whole, "{cut}");
+        }
+        let bytes: Vec<usize> = (1..input.len()).collect();
+        assert_eq!(fed(input, &bytes), whole);
+    }
+
+    /// A large chunked body in many reads: each wire byte is consumed once (the
+    /// decoded prefix is never decoded again), and nothing is allocated beyond the
+    /// read buffer.
+    #[test]
+    fn a_chunked_body_in_many_reads_is_decoded_once() {
+        let mut input = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        let mut body = Vec::new();
+        for i in 0..4096u32 {
+            let chunk = format!("{i:08}").repeat(16);
+            input.extend_from_slice(format!("{:x}\r\n{chunk}\r\n", chunk.len()).as_bytes());
+            body.extend_from_slice(chunk.as_bytes());
+        }
+        input.extend_from_slice(b"0\r\n\r\n");
+        let mut d = Decoder::default();
+        let mut buf = BytesMut::with_capacity(input.len());
+        let mut got = None;
+        for piece in input.chunks(1000) {
+            buf.extend_from_slice(piece);
+            if let Some(r) = d.decode(&mut buf, 1 << 20, false).unwrap() {
+                got = Some(r.body);
+            } else if let Some(Partial {
+                body: Length::Chunked(c),
+                ..
+            }) = &d.partial
+            {
+                // All that has arrived is consumed: resuming starts at the new bytes.
+                assert!(buf.len() - c.pos < 200, "{} {}", buf.len(), c.pos);
+            }
+        }
+        assert_eq!(got.as_deref(), Some(&body[..]));
     }
 
     #[test]
@@ -272,13 +446,13 @@ mod tests {
         endless.resize(endless.len() + max_chunked(100) + 1, b'a');
         let mut buf = BytesMut::from(&endless[..]);
         assert_eq!(
-            decode(&mut buf, 100, false).unwrap_err(),
+            Decoder::default().decode(&mut buf, 100, false).unwrap_err(),
             Violation::TooLarge
         );
         let big = b"HTTP/1.1 200 OK\r\nContent-Length: 101\r\n\r\n";
         let mut buf = BytesMut::from(&big[..]);
         assert_eq!(
-            decode(&mut buf, 100, false).unwrap_err(),
+            Decoder::default().decode(&mut buf, 100, false).unwrap_err(),
             Violation::TooLarge
         );
     }
