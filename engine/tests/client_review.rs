@@ -440,3 +440,44 @@ fn a_large_chunked_response_in_many_small_chunks_decodes() {
     drop(c);
     t.join().unwrap();
 }
+
+/// A panic in the caller's own code while it parses a response the leader handed to
+/// it must still free its slot: a slot lost for good would leave a call in flight for
+/// ever (so, among other things, the idle connection would never be checked again).
+#[test]
+fn a_panic_while_parsing_a_handed_response_frees_the_slot() {
+    let (addr, t) = scripted_each(vec![
+        Box::new(|mut r| {
+            let a = read_request(&mut r).unwrap();
+            let b = read_request(&mut r).unwrap();
+            // Let B park as a follower; its answer goes through the leader A.
+            std::thread::sleep(Duration::from_millis(100));
+            answer(&mut r, &json!({"jsonrpc":"2.0","id":b["id"],"result":"b"}));
+            std::thread::sleep(Duration::from_millis(100));
+            answer(&mut r, &json!({"jsonrpc":"2.0","id":a["id"],"result":"a"}));
+            // Then idle: closed.
+        }),
+        Box::new(echo_ids),
+    ]);
+    let c = Arc::new(Client::connect(&format!("tcp://{addr}")).unwrap());
+    let leader = {
+        let c = Arc::clone(&c);
+        std::thread::spawn(move || c.call::<String, _>("a", ()))
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let follower = {
+        let c = Arc::clone(&c);
+        std::thread::spawn(move || {
+            c.call_with("b", (), |_| -> Result<(), Error> {
+                panic!("in the follower's closure")
+            })
+        })
+    };
+    assert_eq!(leader.join().unwrap().unwrap(), "a");
+    assert!(follower.join().is_err());
+    std::thread::sleep(Duration::from_millis(300));
+    let r = c.call::<Value, _>("c", ());
+    assert!(matches!(r, Ok(Value::Number(_))), "{r:?}");
+    drop(c);
+    t.join().unwrap();
+}

@@ -561,14 +561,21 @@ impl Conn {
             let slot = &mut t.slots[ticket.slot];
             match slot.state {
                 State::Ready => {
-                    let Some(mut d) = slot.parse.take() else {
+                    let Some(d) = slot.parse.take() else {
                         // Never: `parse` is only taken here, by the slot's owner.
                         free(&mut t, ticket);
                         return Err(Error::Protocol(Violation::MissingResponse));
                     };
                     drop(t);
-                    let Delivery { frame, scratch } = &mut *d;
-                    let r = scratch.parse(frame, |raw| match raw {
+                    // Gives the buffers back and frees the slot however this ends,
+                    // also when the caller's code run by `on_reply` panics.
+                    let mut back = HandBack {
+                        conn: self,
+                        ticket,
+                        delivery: None,
+                    };
+                    let Delivery { frame, scratch } = &mut **back.delivery.insert(d);
+                    return scratch.parse(frame, |raw| match raw {
                         Ok(raw) => {
                             on_reply(raw);
                             Ok(())
@@ -576,10 +583,6 @@ impl Conn {
                         // The leader parsed these very bytes already.
                         Err(_) => Err(Error::Protocol(Violation::BadJson)),
                     });
-                    let mut t = lock(&self.table);
-                    t.slots[ticket.slot].parse = Some(d);
-                    free(&mut t, ticket);
-                    return r;
                 }
                 State::Failed(f) => {
                     free(&mut t, ticket);
@@ -870,6 +873,22 @@ impl Drop for Abdicate<'_> {
         t.leader = false;
         free(&mut t, self.ticket);
         wake_next(&t);
+    }
+}
+
+/// A response handed to its owner, being parsed: on drop, the slot's buffers are
+/// put back and the slot freed.
+struct HandBack<'a> {
+    conn: &'a Conn,
+    ticket: Ticket,
+    delivery: Option<Box<Delivery>>,
+}
+
+impl Drop for HandBack<'_> {
+    fn drop(&mut self) {
+        let mut t = lock(&self.conn.table);
+        t.slots[self.ticket.slot].parse = self.delivery.take();
+        free(&mut t, self.ticket);
     }
 }
 
