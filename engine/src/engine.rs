@@ -69,15 +69,15 @@ impl Scratch {
         self.input.extend_from_slice(frame);
         self.input.resize(len + INPUT_PADDING, b' ');
         let mut tape: Tape<'_> = std::mem::replace(&mut self.tape, Tape(Vec::new())).reset();
-        let r = match simd_json::fill_tape_padded(&mut self.input, len, &mut self.buffers, &mut tape)
-        {
-            Ok(()) => f(Ok(RawCtx {
-                frame,
-                structurals: self.buffers.structural_indexes(),
-                root: &tape.0,
-            })),
-            Err(e) => f(Err(e)),
-        };
+        let r =
+            match simd_json::fill_tape_padded(&mut self.input, len, &mut self.buffers, &mut tape) {
+                Ok(()) => f(Ok(RawCtx {
+                    frame,
+                    structurals: self.buffers.structural_indexes(),
+                    root: &tape.0,
+                })),
+                Err(e) => f(Err(e)),
+            };
         self.tape = tape.reset();
         r
     }
