@@ -15,6 +15,10 @@ use ringrpc::{demo, Config};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+#[path = "util/peer.rs"]
+mod peer;
+use peer::{answer, read_request};
+
 /// The ringrpc demo server on all three transports.
 struct Running {
     urls: [String; 3],
@@ -193,20 +197,6 @@ fn scripted(
         }
     });
     (addr, t)
-}
-
-fn read_request(r: &mut BufReader<TcpStream>) -> Option<Value> {
-    let mut line = String::new();
-    match r.read_line(&mut line) {
-        Ok(0) | Err(_) => None,
-        Ok(_) => Some(serde_json::from_str(&line).unwrap()),
-    }
-}
-
-fn answer(r: &mut BufReader<TcpStream>, v: &Value) {
-    let mut s = serde_json::to_vec(v).unwrap();
-    s.push(b'\n');
-    r.get_mut().write_all(&s).unwrap();
 }
 
 #[test]

@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 use ringrpc::client::{Client, Error, Options, Violation};
 use serde_json::{json, Value};
 
+#[path = "util/peer.rs"]
+mod peer;
+use peer::{answer, read_request};
+
 /// A TCP server running `script` on its first accepted connection.
 fn scripted(
     script: impl FnOnce(BufReader<TcpStream>) + Send + 'static,
@@ -21,20 +25,6 @@ fn scripted(
         script(BufReader::new(s));
     });
     (addr, t)
-}
-
-fn read_request(r: &mut BufReader<TcpStream>) -> Option<Value> {
-    let mut line = String::new();
-    match r.read_line(&mut line) {
-        Ok(0) | Err(_) => None,
-        Ok(_) => Some(serde_json::from_str(&line).unwrap()),
-    }
-}
-
-fn answer(r: &mut BufReader<TcpStream>, v: &Value) {
-    let mut s = serde_json::to_vec(v).unwrap();
-    s.push(b'\n');
-    r.get_mut().write_all(&s).unwrap();
 }
 
 /// Reads one HTTP request (head and Content-Length body).

@@ -126,7 +126,7 @@ pub(crate) struct Invalid<'a> {
 }
 
 /// Reads a scalar tape node as an id, if it can be one.
-fn as_id<'a>(node: &Node<'a>) -> Option<Id<'a>> {
+pub(crate) fn as_id<'a>(node: &Node<'a>) -> Option<Id<'a>> {
     Some(match *node {
         Node::String(s) => Id::Str(s),
         Node::Static(StaticNode::Null) => Id::Null,

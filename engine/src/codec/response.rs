@@ -3,7 +3,7 @@
 
 use simd_json::{Node, StaticNode};
 
-use super::request::span;
+use super::request::{as_id, span};
 use super::Id;
 use crate::client::Violation;
 
@@ -25,19 +25,6 @@ pub(crate) enum Body<'a> {
         message: &'a str,
         data: Option<&'a [Node<'a>]>,
     },
-}
-
-/// Reads a scalar node as an id.
-fn as_id<'a>(node: &Node<'a>) -> Option<Id<'a>> {
-    Some(match *node {
-        Node::String(s) => Id::Str(s),
-        Node::Static(StaticNode::Null) => Id::Null,
-        Node::Static(StaticNode::I64(i)) if i < 0 => Id::Int(i),
-        Node::Static(StaticNode::I64(i)) => Id::UInt(i as u64),
-        Node::Static(StaticNode::U64(u)) => Id::UInt(u),
-        Node::Static(StaticNode::F64(f)) => Id::Float(f),
-        _ => return None,
-    })
 }
 
 /// Iterates over an object's members: `(key, value nodes)`.
