@@ -6,7 +6,8 @@
 //!
 //! All failing inputs of a target are reported together, each by file name.
 
-use std::fs;
+mod util;
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
@@ -19,20 +20,7 @@ fn fuzz_dir(rel: &str) -> PathBuf {
 /// The files of `fuzz/<rel>`, sorted by name, with their bytes; there must be some.
 fn files(rel: &str) -> Vec<(String, Vec<u8>)> {
     let dir = fuzz_dir(rel);
-    let mut files: Vec<(String, Vec<u8>)> = fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
-        .map(|entry| {
-            let path = entry.expect("directory entry").path();
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let bytes =
-                fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-            (name, bytes)
-        })
-        .collect();
-    files.sort();
+    let files = util::read_dir_sorted(&dir);
     assert!(!files.is_empty(), "no corpus in {}", dir.display());
     files
 }

@@ -15,7 +15,6 @@
 mod util;
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use ringrpc::{Config, Outcome};
@@ -25,22 +24,10 @@ use util::{check_reply, error_code, is_parse_error, show, Harness, INVALID_REQUE
 /// The corpus files, sorted by name, with their bytes.
 fn corpus() -> Vec<(String, Vec<u8>)> {
     let dir = util::shared_dir("jsontestsuite/test_parsing");
-    let mut files: Vec<(String, Vec<u8>)> = fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
-        .map(|entry| {
-            let path = entry.expect("directory entry").path();
-            let name = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .expect("UTF-8 file name")
-                .to_owned();
-            let bytes =
-                fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-            (name, bytes)
-        })
+    let files: Vec<(String, Vec<u8>)> = util::read_dir_sorted(&dir)
+        .into_iter()
         .filter(|(name, _)| name.ends_with(".json"))
         .collect();
-    files.sort();
     assert!(
         files.len() > 300,
         "expected the full JSONTestSuite corpus (318 files) in {}, found {}",

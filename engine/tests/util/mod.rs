@@ -29,6 +29,27 @@ pub fn shared_dir(rel: &str) -> PathBuf {
     dir
 }
 
+/// Every file in `dir` with its bytes, sorted by file name (lossily decoded); panics
+/// naming the path on any I/O error, since a test that silently reads nothing proves
+/// nothing.
+pub fn read_dir_sorted(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
+        .map(|entry| {
+            let path = entry.expect("directory entry").path();
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let bytes = std::fs::read(&path)
+                .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+            (name, bytes)
+        })
+        .collect();
+    files.sort();
+    files
+}
+
 /// An engine serving the demo methods, with its per-thread state.
 pub struct Harness {
     pub engine: Engine,
