@@ -331,8 +331,8 @@ impl<'de> Visitor<'de> for TreeVisitor {
 }
 
 /// The byte ranges of the number tokens of `input` (outside strings), in order. Exact
-/// for valid JSON, which is all it is used on.
-fn number_tokens(input: &[u8]) -> Vec<Range<usize>> {
+/// for valid JSON, which is all it is used on (also by engine/tests/properties.rs).
+pub fn number_tokens(input: &[u8]) -> Vec<Range<usize>> {
     let mut tokens = Vec::new();
     let (mut i, mut in_string) = (0, false);
     while i < input.len() {

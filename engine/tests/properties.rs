@@ -341,38 +341,6 @@ fn has_float(v: &Value) -> bool {
     }
 }
 
-/// The number tokens of `input` (bytes outside strings), with their byte ranges.
-/// Meaningful only for syntactically valid JSON.
-fn number_tokens(input: &[u8]) -> Vec<(usize, usize)> {
-    let mut tokens = Vec::new();
-    let (mut i, mut in_string) = (0, false);
-    while i < input.len() {
-        let b = input[i];
-        if in_string {
-            match b {
-                b'\\' => i += 1,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            i += 1;
-        } else if b == b'"' {
-            in_string = true;
-            i += 1;
-        } else if b == b'-' || b.is_ascii_digit() {
-            let start = i;
-            while i < input.len()
-                && matches!(input[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
-            {
-                i += 1;
-            }
-            tokens.push((start, i));
-        } else {
-            i += 1;
-        }
-    }
-    tokens
-}
-
 fn message(v: &Value) -> &str {
     v.pointer("/error/message")
         .and_then(Value::as_str)
@@ -409,9 +377,9 @@ fn justify(
     serde: &Result<Value, serde_json::Error>,
     reply: &Option<Value>,
 ) -> Result<&'static str, String> {
-    let tokens: Vec<&str> = number_tokens(input)
+    let tokens: Vec<&str> = ringrpc::fuzzing::number_tokens(input)
         .into_iter()
-        .map(|(s, e)| std::str::from_utf8(&input[s..e]).unwrap_or(""))
+        .map(|r| std::str::from_utf8(&input[r]).unwrap_or(""))
         .collect();
     let finite = |t: &&str| t.parse::<f64>().is_ok_and(f64::is_finite);
     // A token on which serde_json's verdict differs from correct rounding.
