@@ -2,7 +2,7 @@
 //! small scripted servers that misbehave on purpose (reverse order, closing mid-call,
 //! never answering, broken JSON, dropping the first connection of a retried call).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 #[path = "util/peer.rs"]
 mod peer;
-use peer::{answer, read_request};
+use peer::{answer, read_http, read_request};
 
 /// The ringrpc demo server on all three transports.
 struct Running {
@@ -503,25 +503,7 @@ fn a_server_that_stops_reading_gives_a_write_timeout() {
 #[test]
 fn http_answers_chunked_statuses_and_close() {
     let (addr, t) = scripted(|_, mut r| {
-        let head = |r: &mut BufReader<TcpStream>| -> Option<Value> {
-            let mut len = 0;
-            loop {
-                let mut line = String::new();
-                if r.read_line(&mut line).ok()? == 0 {
-                    return None;
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    len = v.trim().parse().unwrap();
-                }
-                if line == "\r\n" {
-                    break;
-                }
-            }
-            let mut body = vec![0; len];
-            r.read_exact(&mut body).unwrap();
-            Some(serde_json::from_slice(&body).unwrap())
-        };
-        let req = head(&mut r).unwrap();
+        let req = read_http(&mut r).unwrap();
         let body = format!(
             r#"{{"jsonrpc":"2.0","id":{},"result":"chunked"}}"#,
             req["id"]
@@ -533,11 +515,11 @@ fn http_answers_chunked_statuses_and_close() {
             b.len()
         );
         r.get_mut().write_all(resp.as_bytes()).unwrap();
-        head(&mut r).unwrap();
+        read_http(&mut r).unwrap();
         r.get_mut()
             .write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy")
             .unwrap();
-        let req = head(&mut r).unwrap();
+        let req = read_http(&mut r).unwrap();
         let body = format!(r#"{{"jsonrpc":"2.0","id":{},"result":"last"}}"#, req["id"]);
         let resp = format!(
             "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",

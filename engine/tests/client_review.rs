@@ -1,7 +1,7 @@
 //! Regression tests from the review of the client: hand-offs between leader and
 //! followers, a panic while leading, unbounded chunked framing, connection resets.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 #[path = "util/peer.rs"]
 mod peer;
-use peer::{answer, read_request};
+use peer::{answer, read_http, read_request};
 
 /// A TCP server running `script` on its first accepted connection.
 fn scripted(
@@ -25,26 +25,6 @@ fn scripted(
         script(BufReader::new(s));
     });
     (addr, t)
-}
-
-/// Reads one HTTP request (head and Content-Length body).
-fn read_http(r: &mut BufReader<TcpStream>) -> Option<Value> {
-    let mut len = 0;
-    loop {
-        let mut line = String::new();
-        if r.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-            len = v.trim().parse().unwrap();
-        }
-        if line == "\r\n" {
-            break;
-        }
-    }
-    let mut body = vec![0; len];
-    r.read_exact(&mut body).ok()?;
-    Some(serde_json::from_slice(&body).unwrap())
 }
 
 /// A call started (registered) but not yet waited for must not swallow the hand-off
