@@ -28,6 +28,7 @@ cargo "${toolchain[@]}" fuzz build
 for t in $(cargo "${toolchain[@]}" fuzz list); do
   dict=jsonrpc.dict
   [ "$t" = http ] && dict=http.dict
+  [ "$t" = client ] && dict=client.dict
   mkdir -p "$tmp/$t"
   echo "== fuzz $t for ${secs}s"
   if ! cargo "${toolchain[@]}" fuzz run "$t" "$tmp/$t" "corpus/$t" -- \

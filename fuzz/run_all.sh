@@ -9,11 +9,12 @@ cd "$(dirname "$0")"
 secs=${1:-1800}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(engine differential structured lines http)
+[ ${#targets[@]} -gt 0 ] || targets=(engine differential structured lines http client)
 mkdir -p logs
 for t in "${targets[@]}"; do
   dict=jsonrpc.dict
   [ "$t" = http ] && dict=http.dict
+  [ "$t" = client ] && dict=client.dict
   log="logs/$t-$(date +%Y%m%d-%H%M%S).log"
   echo "== $t for ${secs}s -> $log"
   nice -n 10 cargo +nightly fuzz run "$t" "corpus/$t" -- \

@@ -3,7 +3,7 @@
 # final cov/ft, and the corpus now committed (files, bytes).
 cd "$(dirname "$0")"
 printf '| target | time | executions | cov (edges) | ft (features) | corpus files | corpus bytes | crashes |\n|---|---|---|---|---|---|---|---|\n'
-for t in engine differential structured lines http; do
+for t in engine differential structured lines http client; do
   secs=0; runs=0; last=""
   for f in logs/$t-*.log; do
     [ -e "$f" ] || continue

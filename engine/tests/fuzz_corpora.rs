@@ -1,7 +1,7 @@
 //! Replays the committed fuzz corpora on stable Rust, through the same checks the fuzz
 //! targets apply (`ringrpc::fuzzing`), so `cargo test --workspace` re-runs every input
-//! the fuzzer kept: `fuzz/corpus/<target>/` for `engine`, `differential`, `lines` and
-//! `http`, and, for `structured` (whose corpus files are `arbitrary`'s encoding), the
+//! the fuzzer kept: `fuzz/corpus/<target>/` for `engine`, `differential`, `lines`,
+//! `http` and `client`, and, for `structured` (whose corpus files are `arbitrary`'s encoding), the
 //! JSON frames they render to in `fuzz/rendered/structured/`. See docs/FUZZING.md.
 //!
 //! All failing inputs of a target are reported together, each by file name.
@@ -60,6 +60,12 @@ fn lines_corpus() {
 #[test]
 fn http_corpus() {
     replay("corpus/http", fuzzing::check_http);
+}
+
+#[cfg(feature = "client")]
+#[test]
+fn client_corpus() {
+    replay("corpus/client", fuzzing::check_client);
 }
 
 /// The `structured` target's inputs, rendered; each rendered frame must come from a

@@ -915,7 +915,7 @@ fn wake_next(t: &Table) {
 
 /// The id a reply frame is routed by: a response's id, or a batch's first integer id.
 /// `None` when there are only `null` ids (id-less errors).
-fn frame_id(root: &[Node<'_>]) -> Result<Option<u64>, Failure> {
+pub(crate) fn frame_id(root: &[Node<'_>]) -> Result<Option<u64>, Failure> {
     let bad = |v| Err(Failure::Protocol(v));
     match root.first() {
         Some(Node::Object { .. }) => match validate_response(root) {

@@ -7,7 +7,7 @@ use bytes::{Buf, BytesMut};
 use super::Violation;
 
 /// The longest response head accepted.
-const MAX_HEAD_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_HEAD_BYTES: usize = 16 * 1024;
 /// Headers beyond this many make the head malformed for us.
 const MAX_HEADERS: usize = 64;
 
@@ -115,14 +115,17 @@ impl Decoder {
             Length::Exact(n) if buf.len() < *n => return Ok(None),
             Length::Exact(n) => buf.split_to(*n),
             Length::Chunked(c) => {
-                if !c.advance(buf, max_body)? {
-                    // Chunk extensions and trailers are not body: without this bound
-                    // endless framing would grow the buffer without limit. The framing
-                    // may cost as much again as the body. (`buf` holds exactly the
-                    // body's wire bytes so far.)
-                    if buf.len() > max_chunked(max_body) {
-                        return Err(Violation::TooLarge);
-                    }
+                let done = c.advance(buf, max_body)?;
+                // Chunk extensions and trailers are not body: without this bound
+                // endless framing would grow the buffer without limit. The framing may
+                // cost as much again as the body. Checked on the wire bytes consumed
+                // (all of `buf` while incomplete) whether or not the body is complete,
+                // so the verdict does not depend on how the bytes were split into reads.
+                let wire = if done { c.pos } else { buf.len() };
+                if wire > max_chunked(max_body) {
+                    return Err(Violation::TooLarge);
+                }
+                if !done {
                     return Ok(None);
                 }
                 let body = buf.split_to(c.decoded);
@@ -154,6 +157,11 @@ fn head(buf: &mut BytesMut, max_body: usize) -> Result<Option<Head>, Violation> 
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut headers);
     let head = match resp.parse(buf) {
+        // A complete head is held to the same bound as a partial one, so the verdict
+        // does not depend on how the bytes were split into reads.
+        Ok(httparse::Status::Complete(n)) if n > MAX_HEAD_BYTES => {
+            return Err(Violation::BadHttp("response head too large"))
+        }
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD_BYTES => {
             return Err(Violation::BadHttp("response head too large"))
@@ -222,6 +230,10 @@ impl Chunked {
             let raw = &buf[self.pos..];
             match self.step {
                 Step::Size => match httparse::parse_chunk_size(raw) {
+                    // The line's bound holds for a complete line too (split-invariance).
+                    Ok(httparse::Status::Complete((used, _))) if used > MAX_HEAD_BYTES => {
+                        return Err(Violation::TooLarge)
+                    }
                     Ok(httparse::Status::Complete((used, size))) => {
                         self.pos += used;
                         if size == 0 {
@@ -289,7 +301,7 @@ impl Chunked {
 }
 
 /// The most bytes a chunked body may take on the wire, framing included.
-fn max_chunked(max_body: usize) -> usize {
+pub(crate) fn max_chunked(max_body: usize) -> usize {
     max_body.saturating_mul(2).saturating_add(MAX_HEAD_BYTES)
 }
 
@@ -427,6 +439,54 @@ mod tests {
             }
         }
         assert_eq!(got.as_deref(), Some(&body[..]));
+    }
+
+    /// The head and chunk-framing bounds give the same verdict whether the bytes
+    /// arrive in one read or many (found by reading the `client` fuzz target's
+    /// split-invariance check against the bounds, which the fuzzer's 4 KiB inputs
+    /// cannot reach).
+    #[test]
+    fn size_bounds_do_not_depend_on_the_reads() {
+        let verdicts = |input: &[u8], max_body: usize| {
+            [input.len(), 1000, 1].map(|step| {
+                let mut d = Decoder::default();
+                let mut buf = BytesMut::new();
+                for piece in input.chunks(step) {
+                    buf.extend_from_slice(piece);
+                    match d.decode(&mut buf, max_body, false) {
+                        Ok(None) => {}
+                        other => return other.map(|r| r.map(|r| r.body.len())),
+                    }
+                }
+                Ok(None)
+            })
+        };
+        let mut big_head = b"HTTP/1.1 200 OK\r\nX: ".to_vec();
+        big_head.resize(MAX_HEAD_BYTES + 10, b'a');
+        big_head.extend_from_slice(b"\r\nContent-Length: 2\r\n\r\n{}");
+        let bad_head = Err(Violation::BadHttp("response head too large"));
+        assert_eq!(verdicts(&big_head, 100), [bad_head, bad_head, bad_head]);
+
+        let chunked = |exts: &[usize]| {
+            let mut input = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+            for &n in exts {
+                input.extend_from_slice(b"1;");
+                input.resize(input.len() + n, b'e');
+                input.extend_from_slice(b"\r\nx\r\n");
+            }
+            input.extend_from_slice(b"0\r\n\r\n");
+            input
+        };
+        let too_large = Err(Violation::TooLarge);
+        // One chunk-size line over the bound.
+        let long_line = chunked(&[MAX_HEAD_BYTES + 10]);
+        assert_eq!(verdicts(&long_line, 100), [too_large; 3]);
+        // Lines within it, but framing over `max_chunked` in all (16,584 bytes here).
+        let framed = chunked(&[8000, 8000, 8000]);
+        assert_eq!(verdicts(&framed, 100), [too_large; 3]);
+        // Within both bounds, it is a reply in every case.
+        let ok = chunked(&[8000, 8000]);
+        assert_eq!(verdicts(&ok, 100), [Ok(Some(2)); 3]);
     }
 
     #[test]

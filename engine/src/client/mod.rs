@@ -53,9 +53,9 @@
 
 mod address;
 mod batch;
-mod conn;
-mod error;
-mod http;
+pub(crate) mod conn;
+pub(crate) mod error;
+pub(crate) mod http;
 
 pub use batch::{Batch, BatchKey, BatchReply};
 pub use error::{Error, ServerError, Violation};
@@ -206,8 +206,8 @@ impl Retry {
 /// A call's result, borrowed from the response (see [`Client::call_with`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Reply<'a> {
-    nodes: &'a [Node<'a>],
-    raw: RawCtx<'a>,
+    pub(crate) nodes: &'a [Node<'a>],
+    pub(crate) raw: RawCtx<'a>,
 }
 
 impl<'a> Reply<'a> {
