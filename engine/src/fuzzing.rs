@@ -1326,16 +1326,16 @@ mod client {
                     // What the caller gets: the text, and serde over the tape.
                     let reply = Reply { nodes, raw };
                     let text = reply.raw_json();
-                    let back = reference_parse(&text, usize::MAX);
+                    let result = tape_json(nodes).0;
                     assert_eq!(
-                        back.as_ref(),
-                        Some(&tape_json(nodes).0),
+                        reference_parse(&text, usize::MAX).as_ref(),
+                        Some(&result),
                         "Reply::raw_json gave {:?} for {:?}",
                         show(&text),
                         show(frame)
                     );
                     let _ = reply.parse::<serde_json::Value>();
-                    Resp::Result(tape_json(nodes).0)
+                    Resp::Result(result)
                 }
                 Body::Error {
                     code,
