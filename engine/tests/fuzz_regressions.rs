@@ -1,9 +1,12 @@
 //! Named inputs for the fuzz checks (`ringrpc::fuzzing`): every crash the fuzzers find
-//! becomes a test here, named for what it was (none so far: see docs/FUZZING.md), and
+//! becomes a test here, named for what it was (none so far; the client's HTTP bounds,
+//! found while writing a target, are here too: see docs/FUZZING.md), and
 //! the inputs where the checks' reference has to be careful are pinned, so a change to
 //! the engine or to the reference that breaks them is caught by name rather than by a
 //! corpus file.
 
+#[cfg(feature = "client")]
+use ringrpc::fuzzing::check_client;
 use ringrpc::fuzzing::{check_differential, check_engine, check_http, check_lines};
 
 /// The differential and engine checks on one frame.
@@ -112,5 +115,53 @@ fn http_pipelined_chunked_and_refused() {
     s.extend_from_slice(b"POST / HTTP/1.0\r\nContent-Length: 2\r\n\r\n[]");
     for sel in 0..4 {
         stream(check_http, sel, &s);
+    }
+}
+
+/// A `client` input: selector (0: the default 8 MiB `max_response_bytes`), one cut at
+/// `cut`, then the stream.
+#[cfg(feature = "client")]
+fn client_cut(stream: &[u8], cut: u16) {
+    let mut input = vec![0, 1];
+    input.extend_from_slice(&cut.to_le_bytes());
+    input.extend_from_slice(stream);
+    check_client(&input);
+}
+
+/// Found while writing the `client` target (its inputs are too short to reach it): a
+/// response head over the client's 16 KiB bound was refused when a read ended inside
+/// it and accepted when it arrived whole.
+#[cfg(feature = "client")]
+#[test]
+fn client_http_head_over_the_bound_in_one_read_or_two() {
+    let mut stream = b"HTTP/1.1 200 OK\r\nX-Pad: ".to_vec();
+    stream.resize(17_000, b'a');
+    stream.extend_from_slice(b"\r\nContent-Length: 2\r\n\r\n{}");
+    client_cut(&stream, 16_500);
+}
+
+/// The same for one chunk-size line over 16 KiB, and for chunked framing over its bound
+/// (twice the body plus 16 KiB; here the body is 3 bytes in three chunks, each with a
+/// 7,000-byte extension), with a small `max_response_bytes` (selector 2: 64 bytes).
+#[cfg(feature = "client")]
+#[test]
+fn client_http_chunk_bounds_in_one_read_or_two() {
+    let chunked = |exts: &[usize]| {
+        let mut s = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        for &n in exts {
+            s.extend_from_slice(b"1;");
+            s.resize(s.len() + n, b'e');
+            s.extend_from_slice(b"\r\n1\r\n");
+        }
+        s.extend_from_slice(b"0\r\n\r\n");
+        s
+    };
+    client_cut(&chunked(&[17_000]), 16_600);
+    let framed = chunked(&[7_000, 7_000, 7_000]);
+    for sel in [0, 2] {
+        let mut input = vec![sel, 1];
+        input.extend_from_slice(&20_000u16.to_le_bytes());
+        input.extend_from_slice(&framed);
+        check_client(&input);
     }
 }
