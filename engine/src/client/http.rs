@@ -156,17 +156,12 @@ impl Decoder {
 fn head(buf: &mut BytesMut, max_body: usize) -> Result<Option<Head>, Violation> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut headers);
+    // The bound applies to a complete head as to a partial one, so the verdict does
+    // not depend on how the bytes were split into reads.
     let head = match resp.parse(buf) {
-        // A complete head is held to the same bound as a partial one, so the verdict
-        // does not depend on how the bytes were split into reads.
-        Ok(httparse::Status::Complete(n)) if n > MAX_HEAD_BYTES => {
-            return Err(Violation::BadHttp("response head too large"))
-        }
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD_BYTES => {
-            return Err(Violation::BadHttp("response head too large"))
-        }
-        Ok(httparse::Status::Partial) => return Ok(None),
+        Ok(httparse::Status::Complete(n)) if n <= MAX_HEAD_BYTES => n,
+        Ok(httparse::Status::Partial) if buf.len() <= MAX_HEAD_BYTES => return Ok(None),
+        Ok(_) => return Err(Violation::BadHttp("response head too large")),
         Err(_) => return Err(Violation::BadHttp("malformed response head")),
     };
     let status = resp.code.unwrap_or(0);
@@ -229,12 +224,9 @@ impl Chunked {
         loop {
             let raw = &buf[self.pos..];
             match self.step {
+                // The line's bound holds for a complete line as for a partial one.
                 Step::Size => match httparse::parse_chunk_size(raw) {
-                    // The line's bound holds for a complete line too (split-invariance).
-                    Ok(httparse::Status::Complete((used, _))) if used > MAX_HEAD_BYTES => {
-                        return Err(Violation::TooLarge)
-                    }
-                    Ok(httparse::Status::Complete((used, size))) => {
+                    Ok(httparse::Status::Complete((used, size))) if used <= MAX_HEAD_BYTES => {
                         self.pos += used;
                         if size == 0 {
                             self.step = Step::Trailers;
@@ -246,10 +238,10 @@ impl Chunked {
                         }
                         self.step = Step::Data(size);
                     }
-                    Ok(httparse::Status::Partial) if raw.len() > MAX_HEAD_BYTES => {
-                        return Err(Violation::TooLarge)
+                    Ok(httparse::Status::Partial) if raw.len() <= MAX_HEAD_BYTES => {
+                        return Ok(false)
                     }
-                    Ok(httparse::Status::Partial) => return Ok(false),
+                    Ok(_) => return Err(Violation::TooLarge),
                     Err(_) => return Err(Violation::BadHttp("malformed chunk size")),
                 },
                 Step::Data(left) => {
