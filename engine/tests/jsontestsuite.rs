@@ -1,5 +1,5 @@
-//! The JSONTestSuite parsing corpus (`shared/jsontestsuite/test_parsing`) through the
-//! engine, with the default `Config` (`max_depth` 64).
+//! The JSONTestSuite parsing corpus (vendored in `tests/data/jsontestsuite/test_parsing`,
+//! MIT, see its README) through the engine, with the default `Config` (`max_depth` 64).
 //!
 //! - `n_` (must reject): exactly one reply, a JSON object with code `-32700` and id `null`.
 //! - `y_` (must accept): not `-32700`; a well-formed JSON-RPC error object or response
@@ -23,7 +23,7 @@ use util::{check_reply, error_code, is_parse_error, show, Harness, INVALID_REQUE
 
 /// The corpus files, sorted by name, with their bytes.
 fn corpus() -> Vec<(String, Vec<u8>)> {
-    let dir = util::shared_dir("jsontestsuite/test_parsing");
+    let dir = util::data_dir("jsontestsuite/test_parsing");
     let files: Vec<(String, Vec<u8>)> = util::read_dir_sorted(&dir)
         .into_iter()
         .filter(|(name, _)| name.ends_with(".json"))

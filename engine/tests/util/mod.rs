@@ -15,15 +15,13 @@ pub const PARSE_ERROR: i64 = ringrpc::codes::PARSE_ERROR as i64;
 /// The `-32600` Invalid Request code.
 pub const INVALID_REQUEST: i64 = ringrpc::codes::INVALID_REQUEST as i64;
 
-/// `shared/<rel>` beside the workspace (`<workspace>/../shared`), which must exist: CI runs
-/// from a fresh clone with a copy of `shared/` beside it, and a missing directory must
-/// fail the test loudly instead of silently testing nothing.
-pub fn shared_dir(rel: &str) -> PathBuf {
-    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared")).join(rel);
+/// `engine/tests/data/<rel>`, the test data vendored into the repository, which must exist:
+/// a missing directory must fail the test loudly instead of silently testing nothing.
+pub fn data_dir(rel: &str) -> PathBuf {
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data")).join(rel);
     assert!(
         dir.is_dir(),
-        "required test data directory {} does not exist (expected a copy of `shared/` \
-         beside the workspace root)",
+        "required test data directory {} does not exist",
         dir.display()
     );
     dir
