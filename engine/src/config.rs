@@ -27,6 +27,7 @@ pub struct Config {
     pub(crate) write_high_water: usize,
     pub(crate) http_path: String,
     pub(crate) max_head_bytes: usize,
+    pub(crate) cors_origins: Vec<String>,
 }
 
 /// The documented default of every limit.
@@ -81,6 +82,7 @@ impl Default for Config {
             write_high_water: DEFAULT_WRITE_HIGH_WATER,
             http_path: "/".to_owned(),
             max_head_bytes: DEFAULT_MAX_HEAD_BYTES,
+            cors_origins: Vec::new(),
         }
     }
 }
@@ -199,6 +201,20 @@ impl Config {
     /// larger heads get `431`.
     pub fn max_head_bytes(mut self, bytes: usize) -> Self {
         self.max_head_bytes = bytes.max(64);
+        self
+    }
+
+    /// Server: lets browser pages from `origin` call the HTTP transport (CORS; off by
+    /// default). Repeatable; `"*"` allows every origin. An origin is matched byte for byte
+    /// as browsers send it: `scheme://host[:port]`, no path, no trailing slash.
+    ///
+    /// With at least one origin set, the server answers `OPTIONS` preflights on the
+    /// JSON-RPC path (`204` for an allowed origin, `403` otherwise) and adds
+    /// `Access-Control-Allow-Origin` to every response to an allowed origin's request.
+    /// [`Server::new`](crate::server::Server::new) refuses an origin holding anything but
+    /// visible ASCII.
+    pub fn cors_origin(mut self, origin: impl Into<String>) -> Self {
+        self.cors_origins.push(origin.into());
         self
     }
 

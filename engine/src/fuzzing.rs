@@ -23,7 +23,9 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use crate::config::Config;
 use crate::engine::{OwnedId, Split};
-use crate::transport::http::{HttpDecoder, HttpError, HttpEvent, HttpLimits, MAX_CHUNK_LINE};
+use crate::transport::http::{
+    Cors, HttpDecoder, HttpError, HttpEvent, HttpLimits, Origin, Reply, MAX_CHUNK_LINE,
+};
 use crate::{codes, Engine, Outcome, Scratch};
 
 // ---------------------------------------------------------------------------------------
@@ -128,22 +130,28 @@ pub fn check_http(data: &[u8]) {
     for ev in &whole {
         assert!(!closed, "HTTP event after the connection closed: {whole:?}");
         match ev {
-            Ev::Rpc(body, keep_alive, _) => {
+            Ev::Rpc(body, reply, _) => {
                 assert!(
                     body.len() <= limits.max_body_bytes,
                     "body of {} bytes passes max_body_bytes",
                     body.len()
                 );
-                closed = !keep_alive;
+                closed = !reply.keep_alive;
                 continued = false;
             }
-            Ev::Health(keep_alive, _) => closed = !keep_alive,
+            Ev::Health(reply, _) | Ev::Preflight(reply) => {
+                assert!(
+                    limits.cors.is_some() || matches!(ev, Ev::Health(..)),
+                    "a preflight answered without CORS configured"
+                );
+                closed = !reply.keep_alive;
+            }
             Ev::Continue => {
                 assert!(!continued, "two 100-continue for one request: {whole:?}");
                 continued = true;
             }
-            Ev::Reject(status, close, allow, error, _) => {
-                assert_eq!((*status, *allow), (error.status(), error.allow()));
+            Ev::Reject(status, close, header, error, _, _) => {
+                assert_eq!((*status, *header), (error.status(), error.header()));
                 closed = *close;
                 continued = false;
             }
@@ -990,24 +998,37 @@ fn pieces<'a>(input: &'a [u8], cuts: &[u16]) -> Vec<&'a [u8]> {
 /// An [`HttpEvent`] with owned, comparable fields.
 #[derive(Debug, PartialEq)]
 enum Ev {
-    Rpc(Vec<u8>, bool, Option<String>),
-    Health(bool, bool),
+    Rpc(Vec<u8>, Reply, Option<String>),
+    Health(Reply, bool),
+    Preflight(Reply),
     Continue,
-    Reject(u16, bool, Option<&'static str>, HttpError, bool),
+    Reject(
+        u16,
+        bool,
+        Option<(&'static str, &'static str)>,
+        HttpError,
+        bool,
+        Origin,
+    ),
 }
 
 fn http_limits(sel: u8) -> HttpLimits {
-    let limits = |path: &'static str, max_head_bytes, max_body_bytes, max_headers| HttpLimits {
-        path: path.into(),
-        max_head_bytes,
-        max_body_bytes,
-        max_headers,
-    };
+    let limits =
+        |path: &'static str, max_head_bytes, max_body_bytes, max_headers, cors: &[&str]| {
+            let cors: Vec<String> = cors.iter().map(|o| (*o).to_owned()).collect();
+            HttpLimits {
+                path: path.into(),
+                max_head_bytes,
+                max_body_bytes,
+                max_headers,
+                cors: Cors::new(&cors).unwrap_or_default(),
+            }
+        };
     match sel % 4 {
         0 => HttpLimits::default(),
-        1 => limits("/", 64, 16, 4),
-        2 => limits("/rpc", 128, 64, 8),
-        _ => limits("/", 96, 1 << 20, 2),
+        1 => limits("/", 64, 16, 4, &[]),
+        2 => limits("/rpc", 128, 64, 8, &["http://a.example"]),
+        _ => limits("/", 96, 1 << 20, 2, &["*", "http://b.example:8080"]),
     }
 }
 
@@ -1023,22 +1044,24 @@ fn feed_http<'p>(limits: &HttpLimits, pieces: impl IntoIterator<Item = &'p [u8]>
             events.push(match e {
                 HttpEvent::Rpc {
                     body,
-                    keep_alive,
+                    reply,
                     trace_id,
                 } => Ev::Rpc(
                     body.to_vec(),
-                    keep_alive,
+                    reply,
                     trace_id.map(|t| t.as_str().to_owned()),
                 ),
-                HttpEvent::Health { keep_alive, head } => Ev::Health(keep_alive, head),
+                HttpEvent::Health { reply, head } => Ev::Health(reply, head),
+                HttpEvent::Preflight { reply } => Ev::Preflight(reply),
                 HttpEvent::Continue => Ev::Continue,
                 HttpEvent::Reject {
                     status,
                     close,
-                    allow,
+                    header,
                     error,
                     head,
-                } => Ev::Reject(status, close, allow, error, head),
+                    origin,
+                } => Ev::Reject(status, close, header, error, head, origin),
             });
         }
         assert!(

@@ -1016,6 +1016,350 @@ fn http_error_statuses() {
 }
 
 // ---------------------------------------------------------------------------------------
+// 7b. Headers real clients rely on: Date, Keep-Alive, content types and codings, CORS,
+//     HTTP/1.x versions
+// ---------------------------------------------------------------------------------------
+
+/// The `Date` header of `r`, checked to be an IMF-fixdate within a few seconds of now.
+fn assert_dated(r: &Resp, what: &str) {
+    let date = r
+        .header("Date")
+        .unwrap_or_else(|| panic!("{what}: no Date header: {r}"));
+    let at = httpdate::parse_http_date(date)
+        .unwrap_or_else(|e| panic!("{what}: Date {date:?} is not an HTTP date: {e}"));
+    assert_eq!(httpdate::fmt_http_date(at), date, "{what}: not IMF-fixdate");
+    let now = std::time::SystemTime::now();
+    let skew = now.duration_since(at).unwrap_or_else(|e| e.duration());
+    assert!(
+        skew < Duration::from_secs(5),
+        "{what}: Date {date} is {skew:?} off"
+    );
+}
+
+#[test]
+fn every_response_has_a_date_and_keep_alive_says_the_idle_timeout() {
+    let server = Running::start(Config::default().idle_timeout(Some(Duration::from_millis(7900))));
+    let mut c = server.client();
+    let kinds: Vec<(&str, Vec<u8>, u16)> = vec![
+        ("200 rpc", ping(1), 200),
+        (
+            "204 notification",
+            post(r#"{"jsonrpc":"2.0","method":"update","params":[1]}"#),
+            204,
+        ),
+        (
+            "200 health",
+            b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n".to_vec(),
+            200,
+        ),
+        (
+            "404",
+            b"GET /nope HTTP/1.1\r\nHost: t\r\n\r\n".to_vec(),
+            404,
+        ),
+        ("415", post_with("Content-Encoding: gzip\r\n", "{}"), 415),
+        ("pool call", post(&sleep_call(1, 2)), 200),
+    ];
+    for (what, req, status) in kinds {
+        let r = c.call(&req);
+        assert_eq!(r.status, status, "{what}: {r}");
+        assert_dated(&r, what);
+        assert_eq!(r.header("Connection"), Some("keep-alive"), "{what}: {r}");
+        // 7.9 s, rounded down.
+        assert_eq!(r.header("Keep-Alive"), Some("timeout=7"), "{what}: {r}");
+    }
+    // A response that closes says so, with a Date and no Keep-Alive.
+    let r = c.call(&post_with(
+        "Connection: close\r\n",
+        r#"{"jsonrpc":"2.0","method":"ping","id":3}"#,
+    ));
+    assert_dated(&r, "close");
+    assert_eq!(r.header("Connection"), Some("close"), "{r}");
+    assert_eq!(r.header("Keep-Alive"), None, "{r}");
+    c.assert_closed();
+    server.stop();
+    // No idle timeout: no Keep-Alive line, still a Date.
+    let server = Running::start(Config::default().idle_timeout(None));
+    let r = server.client().call(&ping(1));
+    assert_dated(&r, "no idle timeout");
+    assert_eq!(r.header("Keep-Alive"), None, "{r}");
+    server.stop();
+}
+
+#[test]
+fn node_stops_reusing_a_connection_the_server_is_about_to_close() {
+    // Node's keep-alive agent reads `Keep-Alive: timeout=N` and keeps a socket at most
+    // N - 1 s, so that it never sends on a socket the server is closing (axios got
+    // ECONNRESET on reuse without it). For N = 1 it keeps none: the second call, 300 ms
+    // later, opens a new connection. Without the header Node would reuse the socket.
+    let Some(node) = ["node", "nodejs"].into_iter().find(|n| {
+        Command::new(n)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) else {
+        panic!("this test needs node on the PATH (Debian/Ubuntu: apt-get install -y nodejs)");
+    };
+    for (idle_ms, hint, reused) in [(1500, "timeout=1", false), (30_000, "timeout=30", true)] {
+        let server =
+            Running::start(Config::default().idle_timeout(Some(Duration::from_millis(idle_ms))));
+        let out = Command::new(node)
+            .args(["-e", NODE_KEEP_ALIVE])
+            .arg(format!("http://{}/", server.http))
+            .arg("300")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "node failed: {stderr}");
+        let got: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}; stderr: {stderr}", show(&out.stdout)));
+        assert_eq!(got[0]["status"], 200, "{got}");
+        assert_eq!(got[0]["keepAlive"], hint, "{got}");
+        assert_eq!(got[1]["status"], 200, "{got}");
+        assert_eq!(got[1]["reused"], reused, "idle timeout {idle_ms} ms: {got}");
+        server.stop();
+    }
+}
+
+/// Two calls through one keep-alive `http.Agent`, `argv[2]` ms apart; prints what each
+/// got (status, whether the socket was reused, the Keep-Alive header) or its error.
+const NODE_KEEP_ALIVE: &str = r#"
+const http = require('http');
+const [url, waitMs] = [process.argv[1], Number(process.argv[2])];
+const agent = new http.Agent({ keepAlive: true });
+const body = JSON.stringify({ jsonrpc: '2.0', method: 'ping', id: 1 });
+const call = () => new Promise((resolve) => {
+  const req = http.request(url, { method: 'POST', agent, headers: { 'Content-Type': 'application/json' } }, (res) => {
+    res.resume();
+    res.on('end', () => resolve({ status: res.statusCode, reused: req.reusedSocket, keepAlive: res.headers['keep-alive'] || null }));
+  });
+  req.on('error', (e) => resolve({ error: e.code || String(e) }));
+  req.end(body);
+});
+(async () => {
+  const first = await call();
+  await new Promise((r) => setTimeout(r, waitMs));
+  const second = await call();
+  console.log(JSON.stringify([first, second]));
+  agent.destroy();
+})();
+"#;
+
+#[test]
+fn json_rpc_content_types_and_codings() {
+    let server = Running::start(Config::default());
+    let call = r#"{"jsonrpc":"2.0","method":"ping","id":1}"#;
+    let with_type = |t: &str| {
+        format!(
+            "POST / HTTP/1.1\r\nHost: t\r\nContent-Type: {t}\r\nContent-Length: {}\r\n\r\n{call}",
+            call.len()
+        )
+        .into_bytes()
+    };
+    let mut c = server.client();
+    for t in [
+        "application/json",
+        "application/json-rpc",
+        "application/jsonrequest",
+        "application/json-rpc; charset=utf-8",
+        "APPLICATION/JSONREQUEST",
+    ] {
+        check_one(&c.call(&with_type(t)).rpc(), &ok(json!(1), json!("pong")));
+    }
+    for t in [
+        "application/x-www-form-urlencoded",
+        "text/plain",
+        "application/json-patch+json",
+    ] {
+        let r = c.call(&with_type(t));
+        assert_eq!(r.status, 415, "{t}: {r}");
+        assert_eq!(r.header("Connection"), Some("keep-alive"), "{t}: {r}");
+    }
+    // A gzip body (real gzip bytes of `call`) is refused with what the server accepts,
+    // and the connection goes on.
+    let gz = gzip(call.as_bytes());
+    let mut req = format!(
+        "POST / HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\n\r\n",
+        gz.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(&gz);
+    let r = c.call(&req);
+    assert_eq!(r.status, 415, "{r}");
+    assert_eq!(r.header("Accept-Encoding"), Some("identity"), "{r}");
+    assert_eq!(r.header("Connection"), Some("keep-alive"), "{r}");
+    let r = c.call(&post_with("Content-Encoding: identity\r\n", call));
+    check_one(&r.rpc(), &ok(json!(1), json!("pong")));
+    server.stop();
+}
+
+/// `data` gzip-compressed by the system's `gzip`.
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut child = Command::new("gzip")
+        .arg("-c")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("this test needs gzip on the PATH");
+    child.stdin.take().unwrap().write_all(data).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success() && out.stdout.starts_with(&[0x1f, 0x8b]));
+    out.stdout
+}
+
+/// What a browser sends before a cross-origin POST with `Content-Type: application/json`.
+fn preflight(origin: &str) -> Vec<u8> {
+    format!(
+        "OPTIONS / HTTP/1.1\r\nHost: t\r\nAccept: */*\r\nAccess-Control-Request-Method: POST\r\n\
+         Access-Control-Request-Headers: content-type\r\nOrigin: {origin}\r\n\
+         User-Agent: Mozilla/5.0\r\nSec-Fetch-Mode: cors\r\nSec-Fetch-Site: cross-site\r\n\r\n"
+    )
+    .into_bytes()
+}
+
+#[test]
+fn cors_preflight_and_allowed_origins() {
+    let app = "http://app.example:8080";
+    let server = Running::start(
+        Config::default()
+            .cors_origin(app)
+            .cors_origin("https://other.example"),
+    );
+    let mut c = server.client();
+    let r = c.call(&preflight(app));
+    assert_eq!(r.status, 204, "{r}");
+    assert_eq!(r.header("Access-Control-Allow-Origin"), Some(app), "{r}");
+    assert_eq!(
+        r.header("Access-Control-Allow-Methods"),
+        Some("POST, OPTIONS"),
+        "{r}"
+    );
+    assert_eq!(
+        r.header("Access-Control-Allow-Headers"),
+        Some("Content-Type, Authorization"),
+        "{r}"
+    );
+    assert_eq!(r.header("Access-Control-Max-Age"), Some("7200"), "{r}");
+    assert_eq!(r.header("Vary"), Some("Origin"), "{r}");
+    assert_dated(&r, "preflight");
+    // The POST that follows, and its errors, carry the origin too.
+    let r = c.call(&post_with(
+        &format!("Origin: {app}\r\n"),
+        r#"{"jsonrpc":"2.0","method":"ping","id":1}"#,
+    ));
+    check_one(&r.rpc(), &ok(json!(1), json!("pong")));
+    assert_eq!(r.header("Access-Control-Allow-Origin"), Some(app), "{r}");
+    let r = c.call(&post_with(
+        &format!("Origin: {app}\r\n"),
+        r#"{"jsonrpc":"2.0","method":"update"}"#,
+    ));
+    r.no_content();
+    assert_eq!(r.header("Access-Control-Allow-Origin"), Some(app), "{r}");
+    let r = c.call(&post_with(
+        &format!("Origin: {app}\r\nContent-Encoding: br\r\n"),
+        "{}",
+    ));
+    assert_eq!(r.status, 415, "{r}");
+    assert_eq!(r.header("Access-Control-Allow-Origin"), Some(app), "{r}");
+    // The second listed origin is echoed as itself.
+    let r = c.call(&preflight("https://other.example"));
+    assert_eq!(
+        r.header("Access-Control-Allow-Origin"),
+        Some("https://other.example"),
+        "{r}"
+    );
+    // Another origin: the preflight is refused and answers carry no CORS headers, so the
+    // browser keeps the page from reading them.
+    for origin in [
+        "http://evil.example",
+        "http://app.example:8081",
+        "http://app.example:8080/",
+    ] {
+        let r = c.call(&preflight(origin));
+        assert_eq!(r.status, 403, "{origin}: {r}");
+        assert_eq!(
+            r.header("Access-Control-Allow-Origin"),
+            None,
+            "{origin}: {r}"
+        );
+        let r = c.call(&post_with(
+            &format!("Origin: {origin}\r\n"),
+            r#"{"jsonrpc":"2.0","method":"ping","id":2}"#,
+        ));
+        check_one(&r.rpc(), &ok(json!(2), json!("pong")));
+        assert_eq!(
+            r.header("Access-Control-Allow-Origin"),
+            None,
+            "{origin}: {r}"
+        );
+    }
+    // Other methods on the path now list OPTIONS.
+    let r = c.call(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(
+        (r.status, r.header("Allow")),
+        (405, Some("POST, OPTIONS")),
+        "{r}"
+    );
+    server.stop();
+
+    // `*`: any origin.
+    let server = Running::start(Config::default().cors_origin("*"));
+    let mut c = server.client();
+    let r = c.call(&preflight("http://anywhere.example"));
+    assert_eq!(r.status, 204, "{r}");
+    assert_eq!(r.header("Access-Control-Allow-Origin"), Some("*"), "{r}");
+    assert_eq!(r.header("Vary"), None, "{r}");
+    server.stop();
+
+    // Without the flag nothing changes: OPTIONS is 405, no CORS headers anywhere.
+    let server = Running::start(Config::default());
+    let mut c = server.client();
+    let r = c.call(&preflight(app));
+    assert_eq!((r.status, r.header("Allow")), (405, Some("POST")), "{r}");
+    let r = c.call(&post_with(
+        &format!("Origin: {app}\r\n"),
+        r#"{"jsonrpc":"2.0","method":"ping","id":1}"#,
+    ));
+    check_one(&r.rpc(), &ok(json!(1), json!("pong")));
+    assert!(
+        !r.headers
+            .iter()
+            .any(|(n, _)| n.starts_with("Access-Control")),
+        "{r}"
+    );
+    server.stop();
+
+    // An origin that would break a header line is refused when the server starts.
+    let server = Server::new(demo::engine(
+        Config::default().cors_origin("http://a\r\nX: 1"),
+    ))
+    .and_then(|mut s| {
+        s.listen_http("127.0.0.1:0")?;
+        s.run()
+    });
+    let err = server.expect_err("a CORS origin with CR LF");
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+}
+
+#[test]
+fn other_http_1_minor_versions_are_served_as_1_1() {
+    let server = Running::start(Config::default());
+    let mut c = server.client();
+    for version in ["HTTP/1.2", "HTTP/1.9"] {
+        let r = c.call(&replace_first_line(&ping(1), &format!("POST / {version}")));
+        check_one(&r.rpc(), &ok(json!(1), json!("pong")));
+        assert_eq!(r.header("Connection"), Some("keep-alive"), "{version}: {r}");
+    }
+    for version in ["HTTP/2.0", "HTTP/3.0", "HTTP/0.9"] {
+        let mut c = server.client();
+        let r = c.call(&replace_first_line(&ping(1), &format!("POST / {version}")));
+        assert_eq!(r.status, 505, "{version}: {r}");
+        c.assert_closed();
+    }
+    server.stop();
+}
+
+// ---------------------------------------------------------------------------------------
 // 8. Response and batch limits
 // ---------------------------------------------------------------------------------------
 

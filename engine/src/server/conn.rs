@@ -13,7 +13,7 @@ use mio::net::{TcpStream, UnixStream};
 
 use crate::codec::LineDecoder;
 use crate::engine::OwnedId;
-use crate::transport::http::HttpDecoder;
+use crate::transport::http::{HttpDecoder, Reply};
 
 /// A connected stream socket.
 pub(crate) enum Stream {
@@ -85,8 +85,8 @@ pub(crate) enum ElemState {
 pub(crate) struct Slot {
     pub(crate) id: u64,
     pub(crate) ready: bool,
-    /// HTTP: keep the connection alive after this answer; `None` on line transports.
-    pub(crate) http_keep_alive: Option<bool>,
+    /// HTTP: how to head this answer (keep-alive, CORS origin); `None` on line transports.
+    pub(crate) http: Option<Reply>,
     /// A batch (its answers go into one array) rather than a single call.
     pub(crate) batch: bool,
     /// Ready: the framed bytes. Waiting: the JSON so far (`[` and answers, for a batch).
@@ -109,7 +109,7 @@ impl Slot {
         Self {
             id,
             ready: true,
-            http_keep_alive: None,
+            http: None,
             batch: false,
             buf,
             wrote: 0,

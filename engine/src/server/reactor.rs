@@ -21,7 +21,7 @@ use crate::engine::{Deferred, Engine, Outcome, OwnedId, Scratch, Split};
 use crate::error::ErrorCode;
 use crate::pool::{Done, Job, Pool, ReplyTo, Tag};
 use crate::serializer::response::{write_error, write_rpc_error};
-use crate::transport::http::{self, HttpEvent};
+use crate::transport::http::{self, HttpEvent, Reply, ServerHeaders};
 use crate::transport::io::read_into;
 
 pub(super) const WAKER: Token = Token(0);
@@ -53,6 +53,11 @@ struct Ctx {
     reply_to: Arc<ReplyTo>,
     /// (deadline, connection, generation, slot)
     timers: BinaryHeap<Reverse<(Instant, usize, u64, u64)>>,
+    /// The lines every HTTP response carries (`Date`, `Keep-Alive`, CORS), refreshed
+    /// once per loop turn.
+    http: ServerHeaders,
+    /// The CORS policy, for new HTTP connections' decoders.
+    cors: Option<Arc<http::Cors>>,
 }
 
 /// What one reactor thread owns.
@@ -200,8 +205,16 @@ fn serve(parts: Parts) -> io::Result<()> {
             Listener::Unix(l, _) => poll.registry().register(l, t, Interest::READABLE)?,
         }
     }
+    let cors = http::Cors::new(&engine.config().cors_origins).map_err(|o| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad CORS origin {o:?}"),
+        )
+    })?;
     let mut ctx = Ctx {
         scratch: engine.scratch(),
+        http: ServerHeaders::new(engine.config().idle_timeout, cors.clone()),
+        cors,
         engine,
         deferred: Vec::new(),
         spare: Vec::new(),
@@ -232,6 +245,7 @@ fn serve(parts: Parts) -> io::Result<()> {
                 return Err(e);
             }
         }
+        ctx.http.refresh(std::time::SystemTime::now());
         for ev in events.iter() {
             match ev.token() {
                 WAKER => {}
@@ -301,7 +315,7 @@ fn serve(parts: Parts) -> io::Result<()> {
                 }
             }
             if let Some(limit) = ctx.engine.config().request_read_timeout {
-                slow_senders(&mut conns, &poll, limit);
+                slow_senders(&mut conns, &poll, limit, &ctx.http);
             }
             if let Some(idle) = ctx.engine.config().idle_timeout {
                 let stale: Vec<usize> = conns
@@ -373,7 +387,11 @@ fn serve(parts: Parts) -> io::Result<()> {
 /// client sees the connection close, as after any idle keep-alive connection.)
 fn close_after_last(conn: &mut Conn) {
     match conn.slots.back_mut() {
-        Some(last) if !last.ready => last.http_keep_alive = Some(false),
+        Some(last) if !last.ready => {
+            if let Some(reply) = &mut last.http {
+                reply.keep_alive = false;
+            }
+        }
         Some(last) => {
             http::close_after_last(&mut last.buf, 0);
         }
@@ -385,7 +403,12 @@ fn close_after_last(conn: &mut Conn) {
 
 /// Closes connections whose current request has been arriving for longer than `limit`
 /// (HTTP: after a `408 Request Timeout`). Answers already owed are still written first.
-fn slow_senders(conns: &mut Slab<Conn>, poll: &mio::Poll, limit: Duration) {
+fn slow_senders(
+    conns: &mut Slab<Conn>,
+    poll: &mio::Poll,
+    limit: Duration,
+    headers: &ServerHeaders,
+) {
     let slow: Vec<usize> = conns
         .iter()
         .filter(|(_, c)| c.partial_since.is_some_and(|t| t.elapsed() > limit))
@@ -400,7 +423,14 @@ fn slow_senders(conns: &mut Slab<Conn>, poll: &mio::Poll, limit: Duration) {
         conn.rbuf = BytesMut::new();
         if matches!(conn.decoder, Decoder::Http(_)) {
             let mark = conn.out.len();
-            http::write_status(&mut conn.out, 408, false, None, false);
+            http::write_status(
+                &mut conn.out,
+                408,
+                Reply::plain(false),
+                headers,
+                None,
+                false,
+            );
             queue_if_behind(conn, mark);
         }
         conn.flush();
@@ -446,7 +476,7 @@ fn accept(
                     let d = match proto {
                         Proto::Line => Decoder::Line(ctx.engine.decoder()),
                         Proto::Http => Decoder::Http(Box::new(http::HttpDecoder::new(
-                            http::HttpLimits::from_config(config),
+                            http::HttpLimits::from_config(config, ctx.cors.clone()),
                         ))),
                     };
                     (Stream::Tcp(s), d)
@@ -601,20 +631,26 @@ fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<usize>)
             },
             Decoder::Http(d) => match d.decode(&mut conn.rbuf) {
                 None => return,
-                Some(HttpEvent::Rpc {
-                    body, keep_alive, ..
-                }) => {
-                    if !keep_alive {
+                Some(HttpEvent::Rpc { body, reply, .. }) => {
+                    if !reply.keep_alive {
                         conn.read_closed = true;
                     }
-                    answer(ctx, conn, key, body, Some(keep_alive));
+                    answer(ctx, conn, key, body, Some(reply));
                 }
-                Some(HttpEvent::Health { keep_alive, head }) => {
-                    if !keep_alive {
+                Some(HttpEvent::Health { reply, head }) => {
+                    if !reply.keep_alive {
                         conn.read_closed = true;
                     }
                     let mark = conn.out.len();
-                    http::write_health(&mut conn.out, keep_alive, head);
+                    http::write_health(&mut conn.out, reply, &ctx.http, head);
+                    queue_if_behind(conn, mark);
+                }
+                Some(HttpEvent::Preflight { reply }) => {
+                    if !reply.keep_alive {
+                        conn.read_closed = true;
+                    }
+                    let mark = conn.out.len();
+                    http::write_preflight(&mut conn.out, reply, &ctx.http);
                     queue_if_behind(conn, mark);
                 }
                 Some(HttpEvent::Continue) => {
@@ -625,7 +661,8 @@ fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<usize>)
                 Some(HttpEvent::Reject {
                     status,
                     close,
-                    allow,
+                    header,
+                    origin,
                     head,
                     ..
                 }) => {
@@ -633,7 +670,11 @@ fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<usize>)
                         conn.read_closed = true;
                     }
                     let mark = conn.out.len();
-                    http::write_status(&mut conn.out, status, !close, allow, head);
+                    let reply = Reply {
+                        keep_alive: !close,
+                        origin,
+                    };
+                    http::write_status(&mut conn.out, status, reply, &ctx.http, header, head);
                     queue_if_behind(conn, mark);
                 }
             },
@@ -655,10 +696,15 @@ fn queue_if_behind(conn: &mut Conn, mark: usize) {
 
 /// Answers one frame (a line, or an HTTP body). Cheap calls are answered here, straight
 /// into the connection's output; calls to blocking methods go to the pool.
-fn answer(ctx: &mut Ctx, conn: &mut Conn, key: usize, frame: BytesMut, http: Option<bool>) {
+fn answer(ctx: &mut Ctx, conn: &mut Conn, key: usize, frame: BytesMut, http: Option<Reply>) {
     let mark = conn.out.len();
     // HTTP: room for the head is reserved first, so the JSON is written in place.
-    let head = http.map(|keep_alive| (http::begin_json_response(&mut conn.out), keep_alive));
+    let head = http.map(|reply| {
+        (
+            http::begin_json_response(&mut conn.out, reply, &ctx.http),
+            reply,
+        )
+    });
     let body_at = conn.out.len();
     ctx.deferred.clear();
     let split = ctx
@@ -669,12 +715,12 @@ fn answer(ctx: &mut Ctx, conn: &mut Conn, key: usize, frame: BytesMut, http: Opt
             match (head, outcome) {
                 (None, Outcome::Reply) => conn.out.push(b'\n'),
                 (None, Outcome::Nothing) => {}
-                (Some((h, keep_alive)), Outcome::Reply) => {
-                    http::finish_json_response(&mut conn.out, h, keep_alive)
+                (Some((h, reply)), Outcome::Reply) => {
+                    http::finish_json_response(&mut conn.out, h, reply, &ctx.http)
                 }
-                (Some((h, keep_alive)), Outcome::Nothing) => {
+                (Some((h, reply)), Outcome::Nothing) => {
                     http::cancel_json_response(&mut conn.out, h);
-                    http::write_no_content(&mut conn.out, keep_alive);
+                    http::write_no_content(&mut conn.out, reply, &ctx.http);
                 }
             }
             queue_if_behind(conn, mark);
@@ -709,7 +755,7 @@ fn answer(ctx: &mut Ctx, conn: &mut Conn, key: usize, frame: BytesMut, http: Opt
     conn.slots.push_back(Slot {
         id,
         ready: false,
-        http_keep_alive: http,
+        http,
         batch: matches!(split, Split::Batch { .. }),
         buf,
         wrote,
@@ -724,7 +770,7 @@ fn answer(ctx: &mut Ctx, conn: &mut Conn, key: usize, frame: BytesMut, http: Opt
     if let Some(slot) = conn.slots.back_mut() {
         submit(ctx, slot, key, conn.generation);
         if slot.remaining == 0 {
-            finish(slot);
+            finish(slot, &ctx.http);
         } else if let Some(at) = deadline {
             // Only calls still pending get a timer: the heap holds no dead entries for
             // calls answered at once (e.g. "server busy").
@@ -780,7 +826,7 @@ fn submit(ctx: &mut Ctx, slot: &mut Slot, conn: usize, generation: u64) {
 }
 
 /// All elements are done: frame the final bytes.
-fn finish(slot: &mut Slot) {
+fn finish(slot: &mut Slot, headers: &ServerHeaders) {
     let mut json = std::mem::take(&mut slot.buf);
     if slot.batch {
         if slot.wrote == 0 {
@@ -790,17 +836,17 @@ fn finish(slot: &mut Slot) {
         }
     }
     let mut out = Vec::with_capacity(json.len() + 128);
-    match slot.http_keep_alive {
+    match slot.http {
         None if json.is_empty() => {}
         None => {
             out.extend_from_slice(&json);
             out.push(b'\n');
         }
-        Some(keep_alive) if json.is_empty() => http::write_no_content(&mut out, keep_alive),
-        Some(keep_alive) => {
-            let m = http::begin_json_response(&mut out);
+        Some(reply) if json.is_empty() => http::write_no_content(&mut out, reply, headers),
+        Some(reply) => {
+            let m = http::begin_json_response(&mut out, reply, headers);
             out.extend_from_slice(&json);
-            http::finish_json_response(&mut out, m, keep_alive);
+            http::finish_json_response(&mut out, m, reply, headers);
         }
     }
     slot.buf = out;
@@ -878,7 +924,7 @@ fn completions(
         }
         submit(ctx, s, key, generation);
         if s.remaining == 0 {
-            finish(s);
+            finish(s, &ctx.http);
         }
         settle(ctx, conns, poll, key, again);
     }
@@ -926,7 +972,7 @@ fn expire(ctx: &mut Ctx, conns: &mut Slab<Conn>, poll: &mio::Poll, again: &mut V
         }
         s.remaining = 0;
         s.submitted = 0;
-        finish(s);
+        finish(s, &ctx.http);
         settle(ctx, conns, poll, key, again);
     }
 }

@@ -27,10 +27,26 @@
 //!   check. The path is compared byte for byte, query string excluded; an absolute-form
 //!   target (`http://host/path`) is reduced to its path. Any other path is 404; another
 //!   method on a known path is 405 with `Allow`.
-//! - **Content-Type.** `application/json`, case-insensitive, with any parameters
-//!   (`; charset=utf-8`). A request *without* Content-Type is accepted: many hand-written
-//!   and minimal clients omit it, and the body is parsed as JSON either way. Anything
-//!   else is 415.
+//! - **Content-Type.** `application/json`, `application/json-rpc` or
+//!   `application/jsonrequest` (what jsonrpc4j and older clients send), case-insensitive,
+//!   with any parameters (`; charset=utf-8`). A request *without* Content-Type is
+//!   accepted: many hand-written and minimal clients omit it, and the body is parsed as
+//!   JSON either way. Anything else is 415: a form type would let a cross-site page POST
+//!   without a CORS preflight.
+//! - **Content-Encoding.** Only `identity` (or none): a compressed body is 415 with
+//!   `Accept-Encoding: identity` (RFC 9110 §15.5.16), rather than -32700 for bytes that
+//!   were never JSON.
+//! - **Versions.** `HTTP/1.0` and `HTTP/1.1`; any other `HTTP/1.x` is served as 1.1
+//!   (RFC 9110 §2.5: a recipient treats a higher minor version as the highest it
+//!   supports). Other major versions are 505.
+//! - **CORS** (opt-in, [`Cors`]). With allowed origins configured, `OPTIONS` on the
+//!   JSON-RPC path is a preflight: 204 with the `Access-Control-*` headers for an
+//!   allowed `Origin`, 403 for any other; every response to a request from an allowed
+//!   origin carries `Access-Control-Allow-Origin`. Without it, `OPTIONS` is 405.
+//! - **Response headers.** Every response but `100 Continue` carries `Date` (RFC 9110
+//!   §6.6.1; formatted once a second, see [`ServerHeaders`]); keep-alive responses carry
+//!   `Keep-Alive: timeout=N` with the server's idle timeout, so clients stop reusing a
+//!   connection before the server closes it.
 //! - **Body framing** (RFC 9112 §6). `Content-Length` (also a list of identical values,
 //!   or repeated identical headers) or `Transfer-Encoding: chunked`. Both at once is 400
 //!   (request smuggling); differing lengths are 400; a `Transfer-Encoding` whose final
@@ -72,6 +88,8 @@
 
 use std::borrow::Cow;
 use std::mem::MaybeUninit;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use bytes::{Buf, BytesMut};
 
@@ -106,6 +124,8 @@ pub(crate) struct HttpLimits {
     /// The most header fields accepted (default [`DEFAULT_MAX_HEADERS`], at most
     /// [`MAX_HEADERS_CEILING`]); more is 431.
     pub(crate) max_headers: usize,
+    /// The origins browsers may call from (CORS), if any.
+    pub(crate) cors: Option<Arc<Cors>>,
 }
 
 impl Default for HttpLimits {
@@ -115,19 +135,216 @@ impl Default for HttpLimits {
             max_head_bytes: DEFAULT_MAX_HEAD_BYTES,
             max_body_bytes: DEFAULT_MAX_REQUEST_BYTES,
             max_headers: DEFAULT_MAX_HEADERS,
+            cors: None,
         }
     }
 }
 
 impl HttpLimits {
     /// The limits a [`Config`] sets: its `http_path`, `max_head_bytes` and
-    /// `max_request_bytes` (as `max_body_bytes`); `max_headers` keeps its default.
-    pub(crate) fn from_config(config: &Config) -> Self {
+    /// `max_request_bytes` (as `max_body_bytes`) and `cors`; `max_headers` keeps its
+    /// default.
+    pub(crate) fn from_config(config: &Config, cors: Option<Arc<Cors>>) -> Self {
         Self {
             path: Cow::Owned(config.http_path.clone()),
             max_head_bytes: config.max_head_bytes,
             max_body_bytes: config.request_limit(),
             max_headers: DEFAULT_MAX_HEADERS,
+            cors,
+        }
+    }
+}
+
+/// The CORS policy: which origins' pages may call the server. Built once from
+/// [`Config`]'s `cors_origin`s and shared by every connection.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Cors {
+    /// `*` was configured: every origin is allowed.
+    any: bool,
+    /// The allowed origins, byte for byte.
+    origins: Vec<Box<[u8]>>,
+    /// Per origin, the header lines that echo it: `Access-Control-Allow-Origin: O` and
+    /// `Vary: Origin` (the answer depends on the request's `Origin`).
+    lines: Vec<Box<[u8]>>,
+}
+
+const ALLOW_ANY_ORIGIN: &[u8] = b"Access-Control-Allow-Origin: *\r\n";
+
+impl Cors {
+    /// The policy for `origins` (`"*"` allows any); `Ok(None)` when there are none.
+    ///
+    /// # Errors
+    ///
+    /// The first origin that is empty or holds anything but visible ASCII (it would
+    /// break the header line it is echoed in).
+    pub(crate) fn new(origins: &[String]) -> Result<Option<Arc<Self>>, String> {
+        if origins.is_empty() {
+            return Ok(None);
+        }
+        let mut cors = Self {
+            any: false,
+            origins: Vec::new(),
+            lines: Vec::new(),
+        };
+        for o in origins {
+            if o.is_empty() || !o.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(o.clone());
+            }
+            if o == "*" {
+                cors.any = true;
+                continue;
+            }
+            cors.origins.push(o.as_bytes().into());
+            let line = format!("Access-Control-Allow-Origin: {o}\r\nVary: Origin\r\n");
+            cors.lines.push(line.into_bytes().into_boxed_slice());
+        }
+        Ok(Some(Arc::new(cors)))
+    }
+
+    /// What a request with `Origin: value` is allowed.
+    fn check(&self, value: &[u8]) -> Origin {
+        match self.origins.iter().position(|o| **o == *value) {
+            Some(i) => Origin::Listed(u16::try_from(i).unwrap_or(u16::MAX)),
+            None if self.any => Origin::Any,
+            None => Origin::Refused,
+        }
+    }
+
+    /// The header lines a response to `origin` carries (empty for none).
+    fn lines(&self, origin: Origin) -> &[u8] {
+        match origin {
+            Origin::None | Origin::Refused => b"",
+            Origin::Any => ALLOW_ANY_ORIGIN,
+            Origin::Listed(i) => self.lines.get(usize::from(i)).map_or(&[], |l| &l[..]),
+        }
+    }
+}
+
+/// What the CORS policy says of a request's `Origin`. Small and `Copy`: an index into
+/// [`Cors`], so the request's bytes need not be kept until the answer is written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// No `Origin` header, or CORS is off: no CORS headers in the answer.
+    #[default]
+    None,
+    /// An origin the policy does not allow: no CORS headers (the browser then refuses
+    /// the page the answer).
+    Refused,
+    /// Allowed by `*`: `Access-Control-Allow-Origin: *`.
+    Any,
+    /// The configured origin at this index: echoed, with `Vary: Origin`.
+    Listed(u16),
+}
+
+impl Origin {
+    fn allowed(self) -> bool {
+        matches!(self, Self::Any | Self::Listed(_))
+    }
+}
+
+/// How an answer is to be headed, decided by its request: kept alive or not, and the
+/// CORS origin it goes to. Stored with an answer that is computed later.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Reply {
+    /// `Connection: keep-alive` (with `Keep-Alive: timeout=N`) rather than `close`.
+    pub(crate) keep_alive: bool,
+    /// Whom `Access-Control-Allow-Origin` names, if anyone.
+    pub(crate) origin: Origin,
+}
+
+impl Reply {
+    /// A reply that keeps (or not) the connection, with no CORS headers.
+    pub(crate) const fn plain(keep_alive: bool) -> Self {
+        Self {
+            keep_alive,
+            origin: Origin::None,
+        }
+    }
+}
+
+/// `Date: <IMF-fixdate>\r\n`: always this long.
+const DATE_LINE_LEN: usize = 37;
+
+/// The header lines the server adds to every response on a reactor: `Date`,
+/// `Keep-Alive: timeout=N` and the CORS lines. One per reactor thread; [`refresh`]
+/// it once per event-loop turn (a clock read; the date is formatted again only when
+/// the second changes).
+///
+/// [`refresh`]: ServerHeaders::refresh
+#[derive(Debug)]
+pub(crate) struct ServerHeaders {
+    date: [u8; DATE_LINE_LEN],
+    /// Seconds since the epoch `date` shows.
+    date_secs: u64,
+    /// `Keep-Alive: timeout=N\r\n`, or empty without an idle timeout.
+    keep_alive: Box<[u8]>,
+    cors: Option<Arc<Cors>>,
+}
+
+impl ServerHeaders {
+    /// The lines for a server closing idle connections after `idle_timeout` (rounded
+    /// down to whole seconds), with the CORS policy `cors`; the date is set to now.
+    pub(crate) fn new(idle_timeout: Option<Duration>, cors: Option<Arc<Cors>>) -> Self {
+        let keep_alive = match idle_timeout {
+            Some(t) => format!("Keep-Alive: timeout={}\r\n", t.as_secs()).into_bytes(),
+            None => Vec::new(),
+        };
+        let mut h = Self {
+            date: [0; DATE_LINE_LEN],
+            date_secs: u64::MAX,
+            keep_alive: keep_alive.into_boxed_slice(),
+            cors,
+        };
+        h.refresh(SystemTime::now());
+        h
+    }
+
+    /// Sets the date to `now`, formatting it only if the second changed.
+    pub(crate) fn refresh(&mut self, now: SystemTime) {
+        let secs = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if secs == self.date_secs {
+            return;
+        }
+        self.date_secs = secs;
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+        let mut line = &mut self.date[..];
+        // Never fails: an IMF-fixdate is 29 bytes, for any time httpdate accepts (years
+        // up to 9999; a clock past that shows the epoch rather than nothing).
+        let date = httpdate::HttpDate::from(at);
+        if std::io::Write::write_fmt(&mut line, format_args!("Date: {date}\r\n")).is_err() {
+            self.date = *b"Date: Thu, 01 Jan 1970 00:00:00 GMT\r\n";
+        }
+    }
+
+    /// The `Date` line now in force.
+    #[cfg(test)]
+    pub(crate) fn date_line(&self) -> &[u8] {
+        &self.date
+    }
+
+    /// The CORS lines for `origin`.
+    fn cors_lines(&self, origin: Origin) -> &[u8] {
+        self.cors.as_deref().map_or(&[], |c| c.lines(origin))
+    }
+
+    /// The longest the server's own lines can make a head for `reply`.
+    fn room(&self, reply: Reply) -> usize {
+        DATE_LINE_LEN + self.keep_alive.len() + self.cors_lines(reply.origin).len()
+    }
+
+    /// Appends `Date`, the CORS lines, `Connection` (with `Keep-Alive` when kept alive)
+    /// and the empty line that ends the head.
+    fn finish_head(&self, out: &mut Vec<u8>, reply: Reply) {
+        out.extend_from_slice(&self.date);
+        out.extend_from_slice(self.cors_lines(reply.origin));
+        if reply.keep_alive {
+            out.extend_from_slice(b"Connection: keep-alive\r\n");
+            out.extend_from_slice(&self.keep_alive);
+            out.extend_from_slice(b"\r\n");
+        } else {
+            out.extend_from_slice(CONNECTION_CLOSE);
         }
     }
 }
@@ -179,7 +396,7 @@ pub(crate) enum HttpError {
     /// 400: httparse rejected the request line or a header.
     #[error("malformed request head: {0}")]
     Malformed(httparse::Error),
-    /// 505: a well-formed `HTTP/x.y` version other than 1.0 and 1.1.
+    /// 505: a well-formed `HTTP/x.y` version whose major version is not 1.
     #[error("HTTP version not supported")]
     Version,
     /// 400: an HTTP/1.1 request without exactly one `Host`, or several in HTTP/1.0.
@@ -221,9 +438,16 @@ pub(crate) enum HttpError {
     /// 413: the body is longer than `max_body_bytes`.
     #[error("request body exceeds max_body_bytes")]
     BodyTooLarge,
-    /// 415: a Content-Type other than `application/json`.
+    /// 415: a Content-Type other than the JSON ones accepted.
     #[error("Content-Type is not application/json")]
     MediaType,
+    /// 415: a `Content-Encoding` other than `identity`; answered with
+    /// `Accept-Encoding: identity`.
+    #[error("Content-Encoding other than identity")]
+    ContentEncoding,
+    /// 403: a CORS preflight from an origin that is not allowed (or without `Origin`).
+    #[error("CORS preflight from an origin that is not allowed")]
+    Origin,
     /// 431: the head is longer than `max_head_bytes`.
     #[error("request head exceeds max_head_bytes")]
     HeadTooLarge,
@@ -247,21 +471,24 @@ impl HttpError {
             | Self::NotChunked
             | Self::ChunkedHttp10
             | Self::Chunk => 400,
+            Self::Origin => 403,
             Self::NotFound => 404,
             Self::Method { .. } => 405,
             Self::LengthRequired => 411,
             Self::BodyTooLarge => 413,
-            Self::MediaType => 415,
+            Self::MediaType | Self::ContentEncoding => 415,
             Self::HeadTooLarge | Self::TooManyHeaders | Self::TrailersTooLarge => 431,
             Self::TransferCoding => 501,
             Self::Version => 505,
         }
     }
 
-    /// The `Allow` header a 405 must carry.
-    pub(crate) const fn allow(self) -> Option<&'static str> {
+    /// The header the refusal must carry: `Allow` for a 405, `Accept-Encoding` for an
+    /// encoded body.
+    pub(crate) const fn header(self) -> Option<(&'static str, &'static str)> {
         match self {
-            Self::Method { allow } => Some(allow),
+            Self::Method { allow } => Some(("Allow", allow)),
+            Self::ContentEncoding => Some(("Accept-Encoding", "identity")),
             _ => None,
         }
     }
@@ -276,34 +503,42 @@ pub(crate) enum HttpEvent {
         /// de-chunked in place in it (chunked). Dropping it lets the buffer reuse the space.
         body: BytesMut,
         /// Whether to keep the connection open after answering (HTTP/1.1 unless
-        /// `Connection: close`; HTTP/1.0 only with `Connection: keep-alive`). If false,
-        /// the decoder ignores anything after this request.
-        keep_alive: bool,
+        /// `Connection: close`; HTTP/1.0 only with `Connection: keep-alive`; if not, the
+        /// decoder ignores anything after this request), and the CORS origin.
+        reply: Reply,
         /// The `X-Trace-Id` header, if present and at most [`TRACE_ID_MAX`] visible ASCII
         /// characters (the first such, if repeated).
         trace_id: Option<TraceId>,
     },
     /// `GET /health`: answer with [`write_health`].
     Health {
-        /// As for [`HttpEvent::Rpc`]; also false when the request had a body that cannot
-        /// be skipped safely.
-        keep_alive: bool,
+        /// As for [`HttpEvent::Rpc`]; not kept alive when the request had a body that
+        /// cannot be skipped safely.
+        reply: Reply,
         /// The request was `HEAD`: answer without a body.
         head: bool,
+    },
+    /// A CORS preflight (`OPTIONS` on the JSON-RPC path) from an allowed origin: answer
+    /// with [`write_preflight`].
+    Preflight {
+        /// As for [`HttpEvent::Health`].
+        reply: Reply,
     },
     /// The client sent `Expect: 100-continue` and the head is acceptable: write
     /// [`write_continue`] now; the body follows, and then [`HttpEvent::Rpc`]. Emitted
     /// at most once per request.
     Continue,
-    /// Not a JSON-RPC request: answer with [`write_status`]`(out, status, !close, allow)`.
+    /// Not a JSON-RPC request: answer with [`write_status`].
     Reject {
         /// The status to answer with (`error.status()`).
         status: u16,
         /// Close the connection after answering. If false, the request's body is being
         /// skipped and the next request will be decoded.
         close: bool,
-        /// The `Allow` header for a 405 (`error.allow()`).
-        allow: Option<&'static str>,
+        /// The header the refusal carries (`error.header()`).
+        header: Option<(&'static str, &'static str)>,
+        /// The CORS origin of the request.
+        origin: Origin,
         /// Why, for logs.
         error: HttpError,
         /// The request was `HEAD`: answer without a body.
@@ -356,7 +591,7 @@ impl State {
 /// What an accepted JSON-RPC request carries from its head to its [`HttpEvent::Rpc`].
 #[derive(Clone, Copy, Debug)]
 struct RpcMeta {
-    keep_alive: bool,
+    reply: Reply,
     trace_id: Option<TraceId>,
 }
 
@@ -377,17 +612,19 @@ enum Plan {
         expect: bool,
         meta: RpcMeta,
     },
+    /// `GET /health`, or (`preflight`) a CORS preflight from an allowed origin.
     Health {
         body: Framing,
         expect: bool,
-        keep_alive: bool,
+        reply: Reply,
         head: bool,
+        preflight: bool,
     },
     Refuse {
         error: HttpError,
         body: Framing,
         expect: bool,
-        keep_alive: bool,
+        reply: Reply,
         head: bool,
     },
 }
@@ -498,14 +735,14 @@ impl HttpDecoder {
     }
 
     fn rpc(&mut self, body: BytesMut, meta: RpcMeta) -> HttpEvent {
-        self.state = if meta.keep_alive {
+        self.state = if meta.reply.keep_alive {
             State::HEAD
         } else {
             State::Closed
         };
         HttpEvent::Rpc {
             body,
-            keep_alive: meta.keep_alive,
+            reply: meta.reply,
             trace_id: meta.trace_id,
         }
     }
@@ -517,7 +754,8 @@ impl HttpDecoder {
         HttpEvent::Reject {
             status: error.status(),
             close: true,
-            allow: error.allow(),
+            header: error.header(),
+            origin: Origin::None,
             error,
             head: false,
         }
@@ -598,9 +836,16 @@ impl HttpDecoder {
             }
             Ok(httparse::Status::Partial) => return None,
             Err(httparse::Error::TooManyHeaders) => Err(HttpError::TooManyHeaders),
-            Err(httparse::Error::Version) if looks_like_http_version(&buf[..end]) => {
-                Err(HttpError::Version)
-            }
+            Err(httparse::Error::Version) => match http_version_at(&buf[..end]) {
+                Some(at) if buf[at..at + 2] == *b"1." => {
+                    // `HTTP/1.x`, x > 1 (httparse knows only 1.0 and 1.1): served as 1.1,
+                    // by making it read so. The head is consumed either way.
+                    buf[at + 2] = b'1';
+                    return self.parse_head(buf, end, complete);
+                }
+                Some(_) => Err(HttpError::Version),
+                None => Err(HttpError::Malformed(httparse::Error::Version)),
+            },
             Err(e) => Err(HttpError::Malformed(e)),
         };
         self.state = State::HEAD;
@@ -647,6 +892,12 @@ impl HttpDecoder {
         let keep_alive = !f.close && (http11 || f.keep_alive);
         // RFC 9110 §10.1.1: a 100-continue expectation in HTTP/1.0 is ignored.
         let expect = http11 && f.expect;
+        let cors = self.limits.cors.as_deref();
+        let origin = match (cors, f.origin) {
+            (Some(cors), Some(value)) => cors.check(value),
+            _ => Origin::None,
+        };
+        let reply = Reply { keep_alive, origin };
 
         let method = req.method.unwrap_or_default();
         // A response to HEAD carries the headers a GET would get, but never a body.
@@ -654,6 +905,13 @@ impl HttpDecoder {
         let path = request_path(req.path.unwrap_or_default());
         let is_rpc = path == self.limits.path;
         let is_health = path == HEALTH_PATH;
+        let refuse = |error| Plan::Refuse {
+            error,
+            body,
+            expect,
+            reply,
+            head,
+        };
         if is_rpc && method == "POST" {
             let error = match body {
                 Framing::None => Some(HttpError::LengthRequired),
@@ -661,6 +919,7 @@ impl HttpDecoder {
                     Some(HttpError::BodyTooLarge)
                 }
                 _ if f.not_json => Some(HttpError::MediaType),
+                _ if f.encoded => Some(HttpError::ContentEncoding),
                 _ => None,
             };
             return Ok(match error {
@@ -668,42 +927,41 @@ impl HttpDecoder {
                     body,
                     expect,
                     meta: RpcMeta {
-                        keep_alive,
+                        reply,
                         trace_id: f.trace_id,
                     },
                 },
-                Some(error) => Plan::Refuse {
-                    error,
-                    body,
-                    expect,
-                    keep_alive,
-                    head,
-                },
+                Some(error) => refuse(error),
             });
         }
-        if is_health && (method == "GET" || head) {
+        let preflight = is_rpc && cors.is_some() && method == "OPTIONS";
+        if preflight && !origin.allowed() {
+            return Ok(refuse(HttpError::Origin));
+        }
+        if preflight || (is_health && (method == "GET" || head)) {
             return Ok(Plan::Health {
                 body,
                 expect,
-                keep_alive,
+                reply,
                 head,
+                preflight,
             });
         }
-        let error = match (is_rpc, is_health) {
-            (true, true) => HttpError::Method {
+        let error = match (is_rpc, is_health, cors.is_some()) {
+            (true, true, false) => HttpError::Method {
                 allow: "GET, HEAD, POST",
             },
-            (true, false) => HttpError::Method { allow: "POST" },
-            (false, true) => HttpError::Method { allow: "GET, HEAD" },
-            (false, false) => HttpError::NotFound,
+            (true, true, true) => HttpError::Method {
+                allow: "GET, HEAD, POST, OPTIONS",
+            },
+            (true, false, false) => HttpError::Method { allow: "POST" },
+            (true, false, true) => HttpError::Method {
+                allow: "POST, OPTIONS",
+            },
+            (false, true, _) => HttpError::Method { allow: "GET, HEAD" },
+            (false, false, _) => HttpError::NotFound,
         };
-        Ok(Plan::Refuse {
-            error,
-            body,
-            expect,
-            keep_alive,
-            head,
-        })
+        Ok(refuse(error))
     }
 
     /// Sets the state for the request's body and returns what to tell the caller now.
@@ -728,34 +986,43 @@ impl HttpDecoder {
             Plan::Health {
                 body,
                 expect,
-                keep_alive,
+                mut reply,
                 head,
+                preflight,
             } => {
-                let keep_alive = keep_alive && self.skip_body(body, expect);
-                if !keep_alive {
+                reply.keep_alive = reply.keep_alive && self.skip_body(body, expect);
+                if !reply.keep_alive {
                     self.state = State::Closed;
                 }
-                Step::Event(HttpEvent::Health { keep_alive, head })
+                Step::Event(if preflight {
+                    HttpEvent::Preflight { reply }
+                } else {
+                    HttpEvent::Health { reply, head }
+                })
             }
             Plan::Refuse {
                 error,
                 body,
                 expect,
-                keep_alive,
+                reply,
                 head,
             } => {
-                if keep_alive && self.skip_body(body, expect) {
+                if reply.keep_alive && self.skip_body(body, expect) {
                     Step::Event(HttpEvent::Reject {
                         status: error.status(),
                         close: false,
-                        allow: error.allow(),
+                        header: error.header(),
+                        origin: reply.origin,
                         error,
                         head,
                     })
                 } else {
                     let mut ev = self.refuse_and_close(buf, error);
-                    if let HttpEvent::Reject { head: h, .. } = &mut ev {
-                        *h = head;
+                    if let HttpEvent::Reject {
+                        head: h, origin: o, ..
+                    } = &mut ev
+                    {
+                        (*h, *o) = (head, reply.origin);
                     }
                     Step::Event(ev)
                 }
@@ -785,7 +1052,7 @@ impl HttpDecoder {
 
 /// The head's fields that matter, gathered in one pass.
 #[derive(Default)]
-struct Fields {
+struct Fields<'h> {
     hosts: u8,
     length: Option<u64>,
     te: bool,
@@ -794,18 +1061,25 @@ struct Fields {
     te_other: bool,
     close: bool,
     keep_alive: bool,
-    /// A Content-Type other than `application/json` was seen.
+    /// A Content-Type other than the JSON ones was seen.
     not_json: bool,
+    /// A Content-Encoding other than `identity` was seen.
+    encoded: bool,
     expect: bool,
     trace_id: Option<TraceId>,
+    /// The first `Origin`.
+    origin: Option<&'h [u8]>,
 }
 
-impl Fields {
-    fn add(&mut self, name: &[u8], value: &[u8]) -> Result<(), HttpError> {
+impl<'h> Fields<'h> {
+    fn add(&mut self, name: &[u8], value: &'h [u8]) -> Result<(), HttpError> {
         let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
         match name.len() {
             4 if is(b"host") => self.hosts = self.hosts.saturating_add(1),
             6 if is(b"expect") => self.expect |= value.eq_ignore_ascii_case(b"100-continue"),
+            6 if is(b"origin") => {
+                self.origin.get_or_insert(value);
+            }
             10 if is(b"connection") => {
                 for token in list(value) {
                     self.close |= token.eq_ignore_ascii_case(b"close");
@@ -816,6 +1090,9 @@ impl Fields {
                 self.trace_id = TraceId::parse(value);
             }
             12 if is(b"content-type") => self.not_json |= !is_json(value),
+            16 if is(b"content-encoding") => {
+                self.encoded |= list(value).any(|c| !c.eq_ignore_ascii_case(b"identity"));
+            }
             14 if is(b"content-length") => {
                 // RFC 9110 §8.6: a list of identical values may be accepted as one.
                 for element in value.split(|&b| b == b',') {
@@ -862,19 +1139,22 @@ fn find_head_end(head: &[u8], from: usize) -> Result<usize, usize> {
     Err(head.len())
 }
 
-/// Whether httparse's version error is a well-formed request line with a real
-/// `HTTP/d.d` version (505) rather than garbage (400).
-fn looks_like_http_version(head: &[u8]) -> bool {
-    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+/// After httparse's version error: if the request line (complete, ended by LF) is
+/// well-formed with a real `HTTP/d.d` version, where its `d.d` starts in `head`.
+/// Otherwise the line is garbage (400), not an unsupported version (505).
+fn http_version_at(head: &[u8]) -> Option<usize> {
+    let len = memchr::memchr(b'\n', head)?;
+    let line = &head[..len];
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let mut parts = line.split(|&b| b == b' ');
     let (Some(_method), Some(_target), Some(version), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
     else {
-        return false;
+        return None;
     };
     matches!(version, [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
         if major.is_ascii_digit() && minor.is_ascii_digit())
+    .then(|| line.len() - 3)
 }
 
 /// The path part of a request target: the query string dropped, an absolute-form
@@ -900,10 +1180,18 @@ fn request_path(target: &str) -> &str {
     target.split('?').next().unwrap_or(target)
 }
 
-/// `application/json`, any case, with any parameters.
+/// `application/json`, `application/json-rpc` or `application/jsonrequest`, any case,
+/// with any parameters.
 fn is_json(value: &[u8]) -> bool {
     let media_type = value.split(|&b| b == b';').next().unwrap_or_default();
-    trim(media_type).eq_ignore_ascii_case(b"application/json")
+    let t = trim(media_type);
+    [
+        &b"application/json"[..],
+        b"application/json-rpc",
+        b"application/jsonrequest",
+    ]
+    .iter()
+    .any(|json| t.eq_ignore_ascii_case(json))
 }
 
 /// `1*DIGIT` as a u64, or [`HttpError::ContentLength`].
@@ -1148,6 +1436,7 @@ pub(crate) const fn reason(status: u16) -> &'static str {
         200 => "OK",
         204 => "No Content",
         400 => "Bad Request",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
@@ -1165,16 +1454,8 @@ pub(crate) const fn reason(status: u16) -> &'static str {
     }
 }
 
-const CONNECTION_KEEP_ALIVE: &[u8] = b"Connection: keep-alive\r\n\r\n";
+const CONNECTION_KEEP_ALIVE: &[u8] = b"Connection: keep-alive\r\n";
 const CONNECTION_CLOSE: &[u8] = b"Connection: close\r\n\r\n";
-
-fn connection(keep_alive: bool) -> &'static [u8] {
-    if keep_alive {
-        CONNECTION_KEEP_ALIVE
-    } else {
-        CONNECTION_CLOSE
-    }
-}
 
 fn status_line(out: &mut Vec<u8>, status: u16) {
     debug_assert!((100..1000).contains(&status), "status {status}");
@@ -1186,8 +1467,9 @@ fn status_line(out: &mut Vec<u8>, status: u16) {
 }
 
 /// Appends a response head: status line, `extra_headers`, `Content-Length` (left out
-/// for 1xx, 204 and 304, which must not carry it), `Connection: keep-alive|close` and
-/// the empty line. The caller then appends `content_length` bytes of body.
+/// for 1xx, 204 and 304, which must not carry it), then the server's lines (`Date`,
+/// CORS, `Connection`, `Keep-Alive`) and the empty line. The caller then appends
+/// `content_length` bytes of body.
 ///
 /// `extra_headers` are trusted (not from the peer): names and values must not contain
 /// CR or LF. For `100 Continue` use [`write_continue`].
@@ -1195,7 +1477,8 @@ pub(crate) fn write_head(
     out: &mut Vec<u8>,
     status: u16,
     content_length: usize,
-    keep_alive: bool,
+    reply: Reply,
+    server: &ServerHeaders,
     extra_headers: &[(&str, &str)],
 ) {
     status_line(out, status);
@@ -1211,41 +1494,52 @@ pub(crate) fn write_head(
         out.extend_from_slice(itoa::Buffer::new().format(content_length).as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    out.extend_from_slice(connection(keep_alive));
+    server.finish_head(out, reply);
 }
 
-/// Appends `HTTP/1.1 100 Continue` (the answer to [`HttpEvent::Continue`]).
+/// Appends `HTTP/1.1 100 Continue` (the answer to [`HttpEvent::Continue`]). No `Date`:
+/// RFC 9110 §6.6.1 leaves it optional on 1xx.
 pub(crate) fn write_continue(out: &mut Vec<u8>) {
     out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
 }
 
 /// Appends `204 No Content`: the answer when a POST held only notifications.
-pub(crate) fn write_no_content(out: &mut Vec<u8>, keep_alive: bool) {
-    out.extend_from_slice(b"HTTP/1.1 204 No Content\r\n");
-    out.extend_from_slice(connection(keep_alive));
+pub(crate) fn write_no_content(out: &mut Vec<u8>, reply: Reply, server: &ServerHeaders) {
+    write_head(out, 204, 0, reply, server, &[]);
+}
+
+/// The preflight's fixed `Access-Control-*` lines (besides the origin). Browsers may
+/// cache the answer for `Max-Age` seconds: 7200, Chromium's cap.
+const PREFLIGHT_HEADERS: [(&str, &str); 3] = [
+    ("Access-Control-Allow-Methods", "POST, OPTIONS"),
+    (
+        "Access-Control-Allow-Headers",
+        "Content-Type, Authorization",
+    ),
+    ("Access-Control-Max-Age", "7200"),
+];
+
+/// Appends `204 No Content` answering a CORS preflight ([`HttpEvent::Preflight`]).
+pub(crate) fn write_preflight(out: &mut Vec<u8>, reply: Reply, server: &ServerHeaders) {
+    write_head(out, 204, 0, reply, server, &PREFLIGHT_HEADERS);
 }
 
 /// Appends an error response: `status` with its reason phrase as a short
-/// `text/plain` body, and `Allow` when given (a 405 must carry it).
+/// `text/plain` body, and `header` when given (a 405 must carry `Allow`).
 pub(crate) fn write_status(
     out: &mut Vec<u8>,
     status: u16,
-    keep_alive: bool,
-    allow: Option<&str>,
+    reply: Reply,
+    server: &ServerHeaders,
+    header: Option<(&str, &str)>,
     head: bool,
 ) {
     let reason = reason(status);
     let body_len = reason.len() + 1;
     let content_type = ("Content-Type", "text/plain; charset=utf-8");
-    match allow {
-        Some(allow) => write_head(
-            out,
-            status,
-            body_len,
-            keep_alive,
-            &[content_type, ("Allow", allow)],
-        ),
-        None => write_head(out, status, body_len, keep_alive, &[content_type]),
+    match header {
+        Some(h) => write_head(out, status, body_len, reply, server, &[content_type, h]),
+        None => write_head(out, status, body_len, reply, server, &[content_type]),
     }
     if !head {
         out.extend_from_slice(reason.as_bytes());
@@ -1257,64 +1551,113 @@ pub(crate) fn write_status(
 pub(crate) const HEALTH_BODY: &[u8] = br#"{"status":"ok"}"#;
 
 /// Appends `200 OK` with the body `{"status":"ok"}`.
-pub(crate) fn write_health(out: &mut Vec<u8>, keep_alive: bool, head: bool) {
-    let mark = begin_json_response(out);
+pub(crate) fn write_health(out: &mut Vec<u8>, reply: Reply, server: &ServerHeaders, head: bool) {
+    let mark = begin_json_response(out, reply, server);
     out.extend_from_slice(HEALTH_BODY);
-    finish_json_response(out, mark, keep_alive);
+    finish_json_response(out, mark, reply, server);
     if head {
         out.truncate(out.len() - HEALTH_BODY.len());
     }
 }
 
 const JSON_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ";
-/// Room for the longest 200 JSON head: 20 digits and `keep-alive`.
-const JSON_HEAD_ROOM: usize = JSON_HEAD.len() + 20 + 2 + CONNECTION_KEEP_ALIVE.len();
+/// Room for the longest 200 JSON head without the server's lines: 20 digits and
+/// `keep-alive`.
+const JSON_HEAD_ROOM: usize = JSON_HEAD.len() + 20 + 2 + CONNECTION_KEEP_ALIVE.len() + 2;
 
 /// Where a JSON response started in the output buffer; from [`begin_json_response`].
 #[derive(Debug)]
 #[must_use = "finish the response with finish_json_response or cancel_json_response"]
 pub(crate) struct JsonResponse {
     start: usize,
+    /// Bytes reserved for the head.
+    room: usize,
 }
 
-/// Starts a `200 OK` JSON response: reserves room for its head at the end of `out`.
-/// Append the JSON body to `out`, then call [`finish_json_response`].
+/// Starts a `200 OK` JSON response to a request answered as `reply` says: reserves room
+/// for its head at the end of `out`. Append the JSON body to `out`, then call
+/// [`finish_json_response`] with the same `reply`.
 ///
-/// Cost: `out` grows by a fixed ~110 bytes (no allocation once it has grown to fit).
-pub(crate) fn begin_json_response(out: &mut Vec<u8>) -> JsonResponse {
+/// Cost: `out` grows by a fixed ~150 bytes (no allocation once it has grown to fit).
+pub(crate) fn begin_json_response(
+    out: &mut Vec<u8>,
+    reply: Reply,
+    server: &ServerHeaders,
+) -> JsonResponse {
     let start = out.len();
-    out.resize(start + JSON_HEAD_ROOM, 0);
-    JsonResponse { start }
+    let room = JSON_HEAD_ROOM + server.room(reply);
+    out.resize(start + room, 0);
+    JsonResponse { start, room }
 }
 
 /// Completes a response begun with [`begin_json_response`]: writes `HTTP/1.1 200 OK`,
 /// `Content-Type: application/json`, `Content-Length` (everything appended since) and
-/// `Connection` into the reserved room, then slides the body down over the unused room.
+/// the server's lines into the reserved room, then slides the body down over the
+/// unused room.
 ///
 /// Cost: one `copy_within` of the body (just written, so in cache); no allocation.
-pub(crate) fn finish_json_response(out: &mut Vec<u8>, mark: JsonResponse, keep_alive: bool) {
-    let body_start = mark.start + JSON_HEAD_ROOM;
+pub(crate) fn finish_json_response(
+    out: &mut Vec<u8>,
+    mark: JsonResponse,
+    reply: Reply,
+    server: &ServerHeaders,
+) {
+    let body_start = mark.start + mark.room;
     let body_len = out.len() - body_start;
+    // The head is built in the reserved room (truncating `out` to its start keeps the
+    // capacity, and the body beyond is copied out first only if the head could reach
+    // it, which the reserved room rules out).
+    let mut head = HeadWriter {
+        room: &mut out[mark.start..body_start],
+        at: 0,
+    };
     let mut digits = itoa::Buffer::new();
-    let digits = digits.format(body_len).as_bytes();
-    let conn = connection(keep_alive);
-    let mut at = mark.start;
-    for part in [JSON_HEAD, digits, b"\r\n", conn] {
-        out[at..at + part.len()].copy_from_slice(part);
-        at += part.len();
+    head.put(JSON_HEAD);
+    head.put(digits.format(body_len).as_bytes());
+    head.put(b"\r\n");
+    head.put(&server.date);
+    head.put(server.cors_lines(reply.origin));
+    if reply.keep_alive {
+        head.put(CONNECTION_KEEP_ALIVE);
+        head.put(&server.keep_alive);
+        head.put(b"\r\n");
+    } else {
+        head.put(CONNECTION_CLOSE);
     }
+    let at = mark.start + head.at;
     out.copy_within(body_start.., at);
     out.truncate(at + body_len);
 }
 
+/// Writes a head into room reserved for it (never past its end: the room was sized
+/// for the longest head).
+struct HeadWriter<'a> {
+    room: &'a mut [u8],
+    at: usize,
+}
+
+impl HeadWriter<'_> {
+    fn put(&mut self, part: &[u8]) {
+        debug_assert!(
+            self.at + part.len() <= self.room.len(),
+            "head room too small"
+        );
+        let end = (self.at + part.len()).min(self.room.len());
+        let n = end - self.at;
+        self.room[self.at..end].copy_from_slice(&part[..n]);
+        self.at = end;
+    }
+}
+
 /// Turns the last response in `out[from..]` into the connection's last: its
-/// `Connection: keep-alive` becomes `Connection: close` (the server is shutting down).
-/// Returns whether one was found there (not if its head was already sent).
+/// `Connection: keep-alive` (and the `Keep-Alive` line after it) becomes
+/// `Connection: close` (the server is shutting down). Returns whether one was found
+/// there (not if its head was already sent).
 ///
 /// The search is safe from false matches: a JSON body cannot hold a raw CR LF inside
 /// a string, and `Connection:` is not JSON outside one.
 pub(crate) fn close_after_last(out: &mut Vec<u8>, from: usize) -> bool {
-    const KEEP: &[u8] = b"\r\nConnection: keep-alive\r\n\r\n";
+    const KEEP: &[u8] = b"\r\nConnection: keep-alive\r\n";
     let Some(at) = out
         .get(from..)
         .and_then(|tail| memchr::memmem::rfind(tail, KEEP))
@@ -1322,10 +1665,10 @@ pub(crate) fn close_after_last(out: &mut Vec<u8>, from: usize) -> bool {
         return false;
     };
     let at = from + at + 2;
-    out.splice(
-        at..at + CONNECTION_KEEP_ALIVE.len(),
-        CONNECTION_CLOSE.iter().copied(),
-    );
+    let Some(end) = memchr::memmem::find(&out[at..], b"\r\n\r\n") else {
+        return false;
+    };
+    out.splice(at..at + end + 4, CONNECTION_CLOSE.iter().copied());
     true
 }
 
@@ -1340,18 +1683,42 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// A second the tests format: `Sun, 09 Sep 2001 01:46:40 GMT`.
+    const BILLENNIUM: u64 = 1_000_000_000;
+    const DATE: &str = "Date: Sun, 09 Sep 2001 01:46:40 GMT\r\n";
+
+    /// Server headers at [`BILLENNIUM`], idle timeout 5.9 s, CORS for `origins`.
+    fn headers(origins: &[&str]) -> ServerHeaders {
+        let origins: Vec<String> = origins.iter().map(|o| (*o).to_owned()).collect();
+        let mut h = ServerHeaders::new(
+            Some(Duration::from_millis(5900)),
+            Cors::new(&origins).unwrap(),
+        );
+        h.refresh(SystemTime::UNIX_EPOCH + Duration::from_secs(BILLENNIUM));
+        h
+    }
+
+    const KEEP: Reply = Reply::plain(true);
+    const CLOSE: Reply = Reply::plain(false);
+
     #[test]
     fn close_after_last_marks_only_the_last_unsent_response() {
+        let h = headers(&[]);
         let mut out = Vec::new();
-        write_no_content(&mut out, true);
-        let m = begin_json_response(&mut out);
+        write_no_content(&mut out, KEEP, &h);
+        let m = begin_json_response(&mut out, KEEP, &h);
         out.extend_from_slice(br#"{"jsonrpc":"2.0","id":1,"result":"Connection: keep-alive"}"#);
-        finish_json_response(&mut out, m, true);
+        finish_json_response(&mut out, m, KEEP, &h);
         let first = out.iter().position(|&b| b == b'\n').unwrap_or(0);
         assert!(close_after_last(&mut out, first));
         let text = String::from_utf8(out.clone()).unwrap();
-        assert!(text.starts_with("HTTP/1.1 204 No Content\r\nConnection: keep-alive\r\n\r\n"));
-        assert!(text.contains("Connection: close\r\n\r\n{"), "{text}");
+        assert!(text.starts_with(&format!(
+            "HTTP/1.1 204 No Content\r\n{DATE}Connection: keep-alive\r\nKeep-Alive: timeout=5\r\n\r\n"
+        )));
+        assert!(
+            text.contains(&format!("{DATE}Connection: close\r\n\r\n{{")),
+            "{text}"
+        );
         assert!(
             text.ends_with(r#""result":"Connection: keep-alive"}"#),
             "{text}"
@@ -1366,32 +1733,34 @@ mod tests {
     enum Ev {
         Rpc(Vec<u8>, bool, Option<String>),
         Health(bool),
+        Preflight(Reply),
         Continue,
-        Reject(u16, bool, Option<&'static str>),
+        Reject(u16, bool, Option<(&'static str, &'static str)>),
     }
 
     fn owned(e: HttpEvent) -> Ev {
         match e {
             HttpEvent::Rpc {
                 body,
-                keep_alive,
+                reply,
                 trace_id,
             } => Ev::Rpc(
                 body.to_vec(),
-                keep_alive,
+                reply.keep_alive,
                 trace_id.map(|t| t.as_str().to_owned()),
             ),
-            HttpEvent::Health { keep_alive, .. } => Ev::Health(keep_alive),
+            HttpEvent::Health { reply, .. } => Ev::Health(reply.keep_alive),
+            HttpEvent::Preflight { reply } => Ev::Preflight(reply),
             HttpEvent::Continue => Ev::Continue,
             HttpEvent::Reject {
                 status,
                 close,
-                allow,
+                header,
                 error,
                 ..
             } => {
-                assert_eq!((status, allow), (error.status(), error.allow()));
-                Ev::Reject(status, close, allow)
+                assert_eq!((status, header), (error.status(), error.header()));
+                Ev::Reject(status, close, header)
             }
         }
     }
@@ -1850,12 +2219,12 @@ mod tests {
             case(
                 "405 GET on the rpc path",
                 then("GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
-                vec![Ev::Reject(405, false, Some("POST")), rpc(BODY)],
+                vec![Ev::Reject(405, false, Some(("Allow", "POST"))), rpc(BODY)],
             ),
             case(
                 "405 POST on health",
                 then("POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"),
-                vec![Ev::Reject(405, false, Some("GET, HEAD")), rpc(BODY)],
+                vec![Ev::Reject(405, false, Some(("Allow", "GET, HEAD"))), rpc(BODY)],
             ),
             case(
                 "HEAD on health: answered like GET, without a body",
@@ -1865,7 +2234,7 @@ mod tests {
             case(
                 "405 HEAD on the RPC path",
                 "HEAD / HTTP/1.1\r\nHost: x\r\n\r\n",
-                vec![Ev::Reject(405, false, Some("POST"))],
+                vec![Ev::Reject(405, false, Some(("Allow", "POST")))],
             ),
             case(
                 "411",
@@ -1888,9 +2257,34 @@ mod tests {
                 vec![rej(415, false), rpc(BODY)],
             ),
             case(
-                "415 application/json-rpc",
-                post_with("Content-Type: application/json-rpc\r\n", BODY),
+                "the other JSON-RPC content types, with parameters",
+                post_with("Content-Type: application/json-rpc\r\n", BODY)
+                    + &post_with("content-type: Application/JSONRequest; charset=utf-8\r\n", BODY)
+                    + &post_with("Content-Type: application/json ; charset=UTF-8\r\n", BODY),
+                vec![rpc(BODY), rpc(BODY), rpc(BODY)],
+            ),
+            case(
+                "415 application/json-seq",
+                post_with("Content-Type: application/json-seq\r\n", BODY),
                 vec![rej(415, false)],
+            ),
+            case(
+                "415 Content-Encoding gzip, body skipped",
+                then(&post_with("Content-Encoding: gzip\r\n", "\x1f\u{8b}\x08")),
+                vec![
+                    Ev::Reject(415, false, Some(("Accept-Encoding", "identity"))),
+                    rpc(BODY),
+                ],
+            ),
+            case(
+                "415 identity then br",
+                post_with("Content-Encoding: identity, br\r\n", BODY),
+                vec![Ev::Reject(415, false, Some(("Accept-Encoding", "identity")))],
+            ),
+            case(
+                "Content-Encoding identity is no coding",
+                post_with("Content-Encoding: Identity\r\n", BODY),
+                vec![rpc(BODY)],
             ),
             case(
                 "415 one of two Content-Types",
@@ -1912,10 +2306,17 @@ mod tests {
                 vec![rej(501, true)],
             ),
             case("505 HTTP/2.0", "GET / HTTP/2.0\r\n\r\n", vec![rej(505, true)]),
+            case("505 HTTP/3.0", "POST / HTTP/3.0\r\n\r\n", vec![rej(505, true)]),
             case(
-                "505 HTTP/1.2",
-                "POST / HTTP/1.2\r\nHost: x\r\n\r\n",
-                vec![rej(505, true)],
+                "HTTP/1.2 and 1.9 are served as 1.1",
+                then(&post(BODY).replace("HTTP/1.1", "HTTP/1.2"))
+                    .replace("HTTP/1.1", "HTTP/1.9"),
+                vec![rpc(BODY), rpc(BODY)],
+            ),
+            case(
+                "HTTP/1.2 needs Host, as 1.1 does",
+                "POST / HTTP/1.2\r\nContent-Length: 2\r\n\r\n[]",
+                vec![rej(400, true)],
             ),
             case("after a close, nothing", then("\x00\r\n\r\n"), vec![rej(400, true)]),
             // --- limits, exact ---
@@ -2164,9 +2565,88 @@ mod tests {
     }
 
     #[test]
+    fn cors_preflights_and_origins() {
+        let origins = ["http://a.example".to_owned()];
+        let limits = HttpLimits {
+            cors: Cors::new(&origins).unwrap(),
+            ..HttpLimits::default()
+        };
+        let preflight = |origin: &str| {
+            format!(
+                "OPTIONS / HTTP/1.1\r\nHost: x\r\n{origin}Access-Control-Request-Method: POST\r\n\
+                 Access-Control-Request-Headers: content-type\r\n\r\n"
+            )
+        };
+        let listed = Reply {
+            keep_alive: true,
+            origin: Origin::Listed(0),
+        };
+        let input = preflight("Origin: http://a.example\r\n")
+            + &preflight("Origin: http://b.example\r\n")
+            + &preflight("")
+            + "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+            + &post_with("Origin: http://a.example\r\n", "[]")
+            + &post_with("Origin: http://b.example\r\n", "[]");
+        let mut dec = HttpDecoder::new(limits.clone());
+        let mut buf = BytesMut::from(input.as_bytes());
+        let mut events = Vec::new();
+        while let Some(e) = dec.decode(&mut buf) {
+            events.push(e);
+        }
+        let [a, b, none, get, post_a, post_b] = &events[..] else {
+            panic!("{events:?}");
+        };
+        assert_eq!(*a, HttpEvent::Preflight { reply: listed });
+        for refused in [b, none] {
+            assert!(
+                matches!(
+                    refused,
+                    HttpEvent::Reject {
+                        status: 403,
+                        close: false,
+                        ..
+                    }
+                ),
+                "{refused:?}"
+            );
+        }
+        assert!(
+            matches!(
+                get,
+                HttpEvent::Reject {
+                    status: 405,
+                    header: Some(("Allow", "POST, OPTIONS")),
+                    ..
+                }
+            ),
+            "{get:?}"
+        );
+        assert!(matches!(post_a, HttpEvent::Rpc { reply, .. } if *reply == listed));
+        let refused = Reply {
+            keep_alive: true,
+            origin: Origin::Refused,
+        };
+        assert!(matches!(post_b, HttpEvent::Rpc { reply, .. } if *reply == refused));
+        // Without CORS, OPTIONS is 405 and Origin is ignored.
+        let mut dec = HttpDecoder::new(HttpLimits::default());
+        let mut buf = BytesMut::from(
+            (preflight("Origin: http://a.example\r\n")
+                + &post_with("Origin: http://a.example\r\n", "[]"))
+                .as_bytes(),
+        );
+        assert_eq!(
+            dec.decode(&mut buf).map(owned),
+            Some(Ev::Reject(405, false, Some(("Allow", "POST"))))
+        );
+        assert!(
+            matches!(dec.decode(&mut buf), Some(HttpEvent::Rpc { reply, .. }) if reply == KEEP)
+        );
+    }
+
+    #[test]
     fn limits_from_config() {
         let config = Config::default().max_request_bytes(1234);
-        let l = HttpLimits::from_config(&config);
+        let l = HttpLimits::from_config(&config, None);
         assert_eq!(HttpDecoder::new(l.clone()).limits(), &l);
         assert_eq!(l.max_body_bytes, 1234);
         assert_eq!(l.max_headers, DEFAULT_MAX_HEADERS);
@@ -2205,34 +2685,49 @@ mod tests {
 
     #[test]
     fn exact_responses() {
+        let h = headers(&[]);
+        let text = |out: &[u8]| String::from_utf8_lossy(out).into_owned();
+        let keep = format!("{DATE}Connection: keep-alive\r\nKeep-Alive: timeout=5\r\n\r\n");
+        let close = format!("{DATE}Connection: close\r\n\r\n");
         let mut out = Vec::new();
-        write_health(&mut out, true, false);
+        write_health(&mut out, KEEP, &h, false);
         assert_eq!(
-            out,
-            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 15\r\nConnection: keep-alive\r\n\r\n{\"status\":\"ok\"}"
+            text(&out),
+            format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 15\r\n{keep}{{\"status\":\"ok\"}}")
         );
         out.clear();
         // HEAD: the same head, no body.
-        write_health(&mut out, true, true);
+        write_health(&mut out, KEEP, &h, true);
         assert_eq!(
-            out,
-            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 15\r\nConnection: keep-alive\r\n\r\n"
+            text(&out),
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 15\r\n{keep}"
+            )
         );
         out.clear();
-        write_status(&mut out, 405, true, Some("POST"), true);
-        assert!(
-            out.ends_with(b"\r\n\r\n"),
-            "{}",
-            String::from_utf8_lossy(&out)
+        write_status(&mut out, 405, KEEP, &h, Some(("Allow", "POST")), true);
+        assert!(out.ends_with(b"\r\n\r\n"), "{}", text(&out));
+        out.clear();
+        write_no_content(&mut out, CLOSE, &h);
+        assert_eq!(text(&out), format!("HTTP/1.1 204 No Content\r\n{close}"));
+        out.clear();
+        write_status(&mut out, 405, KEEP, &h, Some(("Allow", "POST")), false);
+        assert_eq!(
+            text(&out),
+            format!("HTTP/1.1 405 Method Not Allowed\r\nContent-Type: text/plain; charset=utf-8\r\nAllow: POST\r\nContent-Length: 19\r\n{keep}Method Not Allowed\n")
         );
         out.clear();
-        write_no_content(&mut out, false);
-        assert_eq!(out, b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
-        out.clear();
-        write_status(&mut out, 405, true, Some("POST"), false);
+        write_status(
+            &mut out,
+            415,
+            CLOSE,
+            &h,
+            HttpError::ContentEncoding.header(),
+            false,
+        );
         assert_eq!(
-            out,
-            &b"HTTP/1.1 405 Method Not Allowed\r\nContent-Type: text/plain; charset=utf-8\r\nAllow: POST\r\nContent-Length: 19\r\nConnection: keep-alive\r\n\r\nMethod Not Allowed\n"[..]
+            text(&out),
+            format!("HTTP/1.1 415 Unsupported Media Type\r\nContent-Type: text/plain; charset=utf-8\r\nAccept-Encoding: identity\r\nContent-Length: 23\r\n{close}Unsupported Media Type\n")
         );
         out.clear();
         write_continue(&mut out);
@@ -2242,14 +2737,95 @@ mod tests {
             &mut out,
             200,
             2,
-            false,
+            CLOSE,
+            &h,
             &[("Content-Type", "application/json")],
         );
         out.extend_from_slice(b"{}");
         assert_eq!(
-            out,
-            &b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"[..]
+            text(&out),
+            format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n{close}{{}}")
         );
+        // No idle timeout: no Keep-Alive line.
+        let mut h = ServerHeaders::new(None, None);
+        h.refresh(SystemTime::UNIX_EPOCH + Duration::from_secs(BILLENNIUM));
+        out.clear();
+        write_no_content(&mut out, KEEP, &h);
+        assert_eq!(
+            text(&out),
+            format!("HTTP/1.1 204 No Content\r\n{DATE}Connection: keep-alive\r\n\r\n")
+        );
+    }
+
+    #[test]
+    fn the_date_is_formatted_only_when_the_second_changes() {
+        let mut h = headers(&[]);
+        assert_eq!(h.date_line(), DATE.as_bytes());
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(BILLENNIUM);
+        h.refresh(at + Duration::from_millis(999));
+        assert_eq!(h.date_line(), DATE.as_bytes());
+        h.refresh(at + Duration::from_secs(86_400 + 3661));
+        assert_eq!(h.date_line(), b"Date: Mon, 10 Sep 2001 02:47:41 GMT\r\n");
+        // A clock before the epoch shows the epoch.
+        h.refresh(SystemTime::UNIX_EPOCH - Duration::from_secs(5));
+        assert_eq!(h.date_line(), b"Date: Thu, 01 Jan 1970 00:00:00 GMT\r\n");
+    }
+
+    #[test]
+    fn cors_headers() {
+        let h = headers(&["https://app.example", "http://localhost:3000"]);
+        let cors = h.cors.clone().unwrap();
+        assert_eq!(cors.check(b"http://localhost:3000"), Origin::Listed(1));
+        assert_eq!(cors.check(b"https://evil.example"), Origin::Refused);
+        assert_eq!(cors.check(b"https://app.example/"), Origin::Refused);
+        let reply = Reply {
+            keep_alive: true,
+            origin: Origin::Listed(0),
+        };
+        let mut out = Vec::new();
+        let m = begin_json_response(&mut out, reply, &h);
+        out.extend_from_slice(b"{}");
+        finish_json_response(&mut out, m, reply, &h);
+        let (_, fields, body, _) = parse_response(&out);
+        assert_eq!(body, b"{}");
+        let has = |n: &str, v: &str| fields.iter().any(|f| f.0 == n && f.1 == v);
+        assert!(
+            has("Access-Control-Allow-Origin", "https://app.example"),
+            "{fields:?}"
+        );
+        assert!(has("Vary", "Origin"), "{fields:?}");
+        out.clear();
+        write_preflight(&mut out, reply, &h);
+        let (status, fields, _, len) = parse_response(&out);
+        assert_eq!((status, len), (204, out.len()));
+        let has = |n: &str, v: &str| fields.iter().any(|f| f.0 == n && f.1 == v);
+        assert!(has("Access-Control-Allow-Methods", "POST, OPTIONS"));
+        assert!(has(
+            "Access-Control-Allow-Headers",
+            "Content-Type, Authorization"
+        ));
+        assert!(has("Access-Control-Max-Age", "7200"));
+        assert!(!fields.iter().any(|f| f.0 == "Content-Length"));
+        // `*`: any origin, named as `*`, no Vary.
+        let any = headers(&["*"]);
+        let cors = any.cors.clone().unwrap();
+        assert_eq!(cors.check(b"https://whoever.example"), Origin::Any);
+        out.clear();
+        let reply = Reply {
+            keep_alive: false,
+            origin: Origin::Any,
+        };
+        write_no_content(&mut out, reply, &any);
+        let (_, fields, _, _) = parse_response(&out);
+        assert!(fields
+            .iter()
+            .any(|f| f.0 == "Access-Control-Allow-Origin" && f.1 == "*"));
+        assert!(!fields.iter().any(|f| f.0 == "Vary"));
+        // Origins that would break a header line are refused.
+        for bad in ["", "http://a\r\nX: y", "http://a b"] {
+            assert_eq!(Cors::new(&[bad.to_owned()]), Err(bad.to_owned()));
+        }
+        assert_eq!(Cors::new(&[]), Ok(None));
     }
 
     #[test]
@@ -2270,12 +2846,15 @@ mod tests {
             HttpError::LengthRequired,
             HttpError::BodyTooLarge,
             HttpError::MediaType,
+            HttpError::ContentEncoding,
+            HttpError::Origin,
             HttpError::HeadTooLarge,
             HttpError::TooManyHeaders,
             HttpError::TrailersTooLarge,
         ];
         let want_reasons = [
             (400, "Bad Request"),
+            (403, "Forbidden"),
             (404, "Not Found"),
             (405, "Method Not Allowed"),
             (411, "Length Required"),
@@ -2285,13 +2864,21 @@ mod tests {
             (501, "Not Implemented"),
             (505, "HTTP Version Not Supported"),
         ];
+        let h = headers(&[]);
         for e in errors {
             let status = e.status();
             let want = want_reasons.iter().find(|(s, _)| *s == status);
             assert_eq!(want.map(|w| w.1), Some(reason(status)), "{e}");
             for keep_alive in [false, true] {
                 let mut out = b"previous".to_vec();
-                write_status(&mut out, status, keep_alive, e.allow(), false);
+                write_status(
+                    &mut out,
+                    status,
+                    Reply::plain(keep_alive),
+                    &h,
+                    e.header(),
+                    false,
+                );
                 let (got, fields, body, len) = parse_response(&out[8..]);
                 assert_eq!((got, len), (status, out.len() - 8));
                 assert_eq!(body, format!("{}\n", reason(status)).as_bytes());
@@ -2300,24 +2887,38 @@ mod tests {
                     "Connection",
                     if keep_alive { "keep-alive" } else { "close" }
                 ));
-                assert_eq!(e.allow().is_some(), fields.iter().any(|f| f.0 == "Allow"));
+                assert!(fields.iter().any(|f| f.0 == "Date"));
+                match e.header() {
+                    Some((n, v)) => assert!(has(n, v), "{e}: {fields:?}"),
+                    None => assert!(!fields.iter().any(|f| f.0 == "Allow")),
+                }
             }
         }
     }
 
     #[test]
     fn json_responses_get_the_right_length_after_earlier_output() {
+        let h = headers(&["http://a.example"]);
         let mut out = Vec::new();
         write_continue(&mut out);
         let mut want_bodies = Vec::new();
         for len in [0, 1, 9, 10, 99, 100, 12345] {
             let body: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
-            let mark = begin_json_response(&mut out);
+            // Begun for one reply, finished for another: at most the room reserved.
+            let reply = Reply {
+                keep_alive: len % 2 == 0,
+                origin: Origin::None,
+            };
+            let room_for = Reply {
+                keep_alive: true,
+                origin: Origin::Listed(0),
+            };
+            let mark = begin_json_response(&mut out, room_for, &h);
             out.extend_from_slice(&body);
-            finish_json_response(&mut out, mark, len % 2 == 0);
+            finish_json_response(&mut out, mark, reply, &h);
             want_bodies.push(body);
             // An abandoned response leaves nothing behind.
-            let mark = begin_json_response(&mut out);
+            let mark = begin_json_response(&mut out, reply, &h);
             out.extend_from_slice(b"[1,2,3]");
             cancel_json_response(&mut out, mark);
         }
@@ -2325,20 +2926,18 @@ mod tests {
         for (i, want) in want_bodies.iter().enumerate() {
             let (status, fields, body, len) = parse_response(rest);
             assert_eq!((status, &body), (200, want));
-            let conn = if want.len() % 2 == 0 {
-                "keep-alive"
+            let mut want_fields: Vec<(String, String)> = vec![
+                ("Content-Type".into(), "application/json".into()),
+                ("Content-Length".into(), want.len().to_string()),
+                ("Date".into(), "Sun, 09 Sep 2001 01:46:40 GMT".into()),
+            ];
+            if want.len() % 2 == 0 {
+                want_fields.push(("Connection".into(), "keep-alive".into()));
+                want_fields.push(("Keep-Alive".into(), "timeout=5".into()));
             } else {
-                "close"
-            };
-            assert_eq!(
-                fields,
-                vec![
-                    ("Content-Type".into(), "application/json".into()),
-                    ("Content-Length".into(), want.len().to_string()),
-                    ("Connection".into(), conn.into()),
-                ],
-                "response {i}"
-            );
+                want_fields.push(("Connection".into(), "close".into()));
+            }
+            assert_eq!(fields, want_fields, "response {i}");
             rest = &rest[len..];
         }
         assert!(rest.is_empty());
