@@ -76,6 +76,10 @@ struct Args {
     /// HTTP path served.
     #[arg(long, value_name = "PATH", default_value = "/")]
     http_path: String,
+    /// Let browser pages from ORIGIN call the HTTP transport (CORS): answer preflights,
+    /// add Access-Control-Allow-Origin. Repeatable; "*" allows any origin.
+    #[arg(long, value_name = "ORIGIN")]
+    cors_origin: Vec<String>,
 }
 
 fn millis(ms: u64) -> Option<Duration> {
@@ -101,6 +105,9 @@ fn config(a: &Args) -> Config {
     }
     if let Some(n) = a.batch_concurrency {
         c = c.batch_concurrency(n);
+    }
+    for origin in &a.cors_origin {
+        c = c.cors_origin(origin.clone());
     }
     c
 }

@@ -10,8 +10,16 @@
 //! input would block, when the pending output grows past 64 KiB, and at end of input;
 //! then the process exits 0.
 
+use clap::Parser;
 use ringrpc::{demo, server::serve_stdio, Config};
 
+/// Serve the ringrpc demo methods on stdin/stdout: one JSON-RPC request per input line,
+/// one response per output line; exits 0 at end of input.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {}
+
 fn main() -> std::io::Result<()> {
+    Args::parse();
     serve_stdio(&demo::engine(Config::default()))
 }

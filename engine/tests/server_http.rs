@@ -1174,6 +1174,12 @@ fn json_rpc_content_types_and_codings() {
         let r = c.call(&with_type(t));
         assert_eq!(r.status, 415, "{t}: {r}");
         assert_eq!(r.header("Connection"), Some("keep-alive"), "{t}: {r}");
+        assert_eq!(
+            String::from_utf8_lossy(&r.body),
+            "Unsupported Media Type: Content-Type must be application/json \
+             (or application/json-rpc, application/jsonrequest)\n",
+            "{t}"
+        );
     }
     // A gzip body (real gzip bytes of `call`) is refused with what the server accepts,
     // and the connection goes on.

@@ -423,14 +423,7 @@ fn slow_senders(
         conn.rbuf = BytesMut::new();
         if matches!(conn.decoder, Decoder::Http(_)) {
             let mark = conn.out.len();
-            http::write_status(
-                &mut conn.out,
-                408,
-                Reply::plain(false),
-                headers,
-                None,
-                false,
-            );
+            http::write_status(&mut conn.out, 408, Reply::plain(false), headers, false);
             queue_if_behind(conn, mark);
         }
         conn.flush();
@@ -659,11 +652,10 @@ fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<usize>)
                     queue_if_behind(conn, mark);
                 }
                 Some(HttpEvent::Reject {
-                    status,
                     close,
-                    header,
                     origin,
                     head,
+                    error,
                     ..
                 }) => {
                     if close {
@@ -674,7 +666,7 @@ fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<usize>)
                         keep_alive: !close,
                         origin,
                     };
-                    http::write_status(&mut conn.out, status, reply, &ctx.http, header, head);
+                    http::write_refusal(&mut conn.out, error, reply, &ctx.http, head);
                     queue_if_behind(conn, mark);
                 }
             },

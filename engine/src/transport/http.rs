@@ -397,19 +397,19 @@ pub(crate) enum HttpError {
     #[error("malformed request head: {0}")]
     Malformed(httparse::Error),
     /// 505: a well-formed `HTTP/x.y` version whose major version is not 1.
-    #[error("HTTP version not supported")]
+    #[error("only HTTP/1.x is served")]
     Version,
     /// 400: an HTTP/1.1 request without exactly one `Host`, or several in HTTP/1.0.
-    #[error("request needs exactly one Host header")]
+    #[error("an HTTP/1.1 request needs exactly one Host header")]
     Host,
     /// 400: a `Content-Length` that is not a decimal number of at most 64 bits.
-    #[error("invalid Content-Length")]
+    #[error("Content-Length is not a decimal number of at most 64 bits")]
     ContentLength,
     /// 400: `Content-Length` values that differ.
     #[error("conflicting Content-Length values")]
     ConflictingLengths,
     /// 400: both `Content-Length` and `Transfer-Encoding`.
-    #[error("both Content-Length and Transfer-Encoding")]
+    #[error("a request may not carry both Content-Length and Transfer-Encoding")]
     LengthAndChunked,
     /// 400: `Transfer-Encoding` whose final coding is not `chunked`, or `chunked` twice.
     #[error("Transfer-Encoding does not end in a single chunked")]
@@ -418,44 +418,46 @@ pub(crate) enum HttpError {
     #[error("Transfer-Encoding in an HTTP/1.0 request")]
     ChunkedHttp10,
     /// 501: a transfer coding other than `chunked` (such as `gzip, chunked`).
-    #[error("unsupported transfer coding")]
+    #[error("only the chunked transfer coding is supported")]
     TransferCoding,
     /// 400: bad chunked framing (size, extension, or a missing CRLF).
     #[error("malformed chunked body")]
     Chunk,
     /// 404: neither the JSON-RPC path nor the health check.
-    #[error("no such path")]
+    #[error("no such path (JSON-RPC is POSTed to the configured path; GET /health)")]
     NotFound,
     /// 405: the path exists but not for this method.
-    #[error("method not allowed (allowed: {allow})")]
+    #[error("this path takes {allow}")]
     Method {
         /// The `Allow` header's value.
         allow: &'static str,
     },
     /// 411: a POST with neither `Content-Length` nor `Transfer-Encoding`.
-    #[error("POST without Content-Length or Transfer-Encoding")]
+    #[error("a POST needs Content-Length or Transfer-Encoding: chunked")]
     LengthRequired,
     /// 413: the body is longer than `max_body_bytes`.
-    #[error("request body exceeds max_body_bytes")]
+    #[error("the request body is larger than the server's limit (max_request_bytes)")]
     BodyTooLarge,
     /// 415: a Content-Type other than the JSON ones accepted.
-    #[error("Content-Type is not application/json")]
+    #[error(
+        "Content-Type must be application/json (or application/json-rpc, application/jsonrequest)"
+    )]
     MediaType,
     /// 415: a `Content-Encoding` other than `identity`; answered with
     /// `Accept-Encoding: identity`.
-    #[error("Content-Encoding other than identity")]
+    #[error("the body must not be compressed: Content-Encoding identity only")]
     ContentEncoding,
     /// 403: a CORS preflight from an origin that is not allowed (or without `Origin`).
-    #[error("CORS preflight from an origin that is not allowed")]
+    #[error("CORS: the Origin is not allowed to call this server (--cors-origin)")]
     Origin,
     /// 431: the head is longer than `max_head_bytes`.
-    #[error("request head exceeds max_head_bytes")]
+    #[error("the request head is larger than the server's limit (max_head_bytes)")]
     HeadTooLarge,
     /// 431: more than `max_headers` header fields.
-    #[error("more than max_headers header fields")]
+    #[error("too many header fields")]
     TooManyHeaders,
     /// 431: a chunked body's trailer section is longer than `max_head_bytes`.
-    #[error("chunked trailer section exceeds max_head_bytes")]
+    #[error("the chunked trailer section is larger than the server's limit (max_head_bytes)")]
     TrailersTooLarge,
 }
 
@@ -1524,25 +1526,73 @@ pub(crate) fn write_preflight(out: &mut Vec<u8>, reply: Reply, server: &ServerHe
     write_head(out, 204, 0, reply, server, &PREFLIGHT_HEADERS);
 }
 
-/// Appends an error response: `status` with its reason phrase as a short
-/// `text/plain` body, and `header` when given (a 405 must carry `Allow`).
+/// Appends a response with a short `text/plain` body: its reason phrase (say, `408
+/// Request Timeout`).
 pub(crate) fn write_status(
+    out: &mut Vec<u8>,
+    status: u16,
+    reply: Reply,
+    server: &ServerHeaders,
+    head: bool,
+) {
+    write_text(
+        out,
+        status,
+        reply,
+        server,
+        None,
+        head,
+        reason(status).as_bytes(),
+    );
+}
+
+/// Appends the answer to a refused request ([`HttpEvent::Reject`]): the error's status,
+/// the header it must carry (a 405's `Allow`), and a `text/plain` body that says what
+/// was wrong: `415 Unsupported Media Type: Content-Type is not application/json`.
+pub(crate) fn write_refusal(
+    out: &mut Vec<u8>,
+    error: HttpError,
+    reply: Reply,
+    server: &ServerHeaders,
+    head: bool,
+) {
+    let status = error.status();
+    // On the stack: every message is short (a longer one would be cut, not lost).
+    const ROOM: usize = 256;
+    let mut text = [0u8; ROOM];
+    let mut rest = &mut text[..];
+    let _ = std::io::Write::write_fmt(&mut rest, format_args!("{}: {error}", reason(status)));
+    let len = ROOM - rest.len();
+    write_text(
+        out,
+        status,
+        reply,
+        server,
+        error.header(),
+        head,
+        &text[..len],
+    );
+}
+
+/// Appends `status` with `text` and a newline as its `text/plain` body (none for
+/// `HEAD`), and `header` when given.
+fn write_text(
     out: &mut Vec<u8>,
     status: u16,
     reply: Reply,
     server: &ServerHeaders,
     header: Option<(&str, &str)>,
     head: bool,
+    text: &[u8],
 ) {
-    let reason = reason(status);
-    let body_len = reason.len() + 1;
+    let body_len = text.len() + 1;
     let content_type = ("Content-Type", "text/plain; charset=utf-8");
     match header {
         Some(h) => write_head(out, status, body_len, reply, server, &[content_type, h]),
         None => write_head(out, status, body_len, reply, server, &[content_type]),
     }
     if !head {
-        out.extend_from_slice(reason.as_bytes());
+        out.extend_from_slice(text);
         out.push(b'\n');
     }
 }
@@ -2705,29 +2755,45 @@ mod tests {
             )
         );
         out.clear();
-        write_status(&mut out, 405, KEEP, &h, Some(("Allow", "POST")), true);
+        write_refusal(
+            &mut out,
+            HttpError::Method { allow: "POST" },
+            KEEP,
+            &h,
+            true,
+        );
         assert!(out.ends_with(b"\r\n\r\n"), "{}", text(&out));
         out.clear();
         write_no_content(&mut out, CLOSE, &h);
         assert_eq!(text(&out), format!("HTTP/1.1 204 No Content\r\n{close}"));
         out.clear();
-        write_status(&mut out, 405, KEEP, &h, Some(("Allow", "POST")), false);
-        assert_eq!(
-            text(&out),
-            format!("HTTP/1.1 405 Method Not Allowed\r\nContent-Type: text/plain; charset=utf-8\r\nAllow: POST\r\nContent-Length: 19\r\n{keep}Method Not Allowed\n")
-        );
-        out.clear();
-        write_status(
+        write_refusal(
             &mut out,
-            415,
-            CLOSE,
+            HttpError::Method { allow: "POST" },
+            KEEP,
             &h,
-            HttpError::ContentEncoding.header(),
             false,
         );
         assert_eq!(
             text(&out),
-            format!("HTTP/1.1 415 Unsupported Media Type\r\nContent-Type: text/plain; charset=utf-8\r\nAccept-Encoding: identity\r\nContent-Length: 23\r\n{close}Unsupported Media Type\n")
+            format!("HTTP/1.1 405 Method Not Allowed\r\nContent-Type: text/plain; charset=utf-8\r\nAllow: POST\r\nContent-Length: 41\r\n{keep}Method Not Allowed: this path takes POST\n")
+        );
+        out.clear();
+        write_status(&mut out, 408, CLOSE, &h, false);
+        assert_eq!(
+            text(&out),
+            format!("HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 16\r\n{close}Request Timeout\n")
+        );
+        out.clear();
+        write_refusal(&mut out, HttpError::ContentEncoding, CLOSE, &h, false);
+        let (status, fields, body, _) = parse_response(&out);
+        assert_eq!(status, 415);
+        assert!(fields
+            .iter()
+            .any(|f| f.0 == "Accept-Encoding" && f.1 == "identity"));
+        assert_eq!(
+            text(&body),
+            "Unsupported Media Type: the body must not be compressed: Content-Encoding identity only\n"
         );
         out.clear();
         write_continue(&mut out);
@@ -2871,17 +2937,10 @@ mod tests {
             assert_eq!(want.map(|w| w.1), Some(reason(status)), "{e}");
             for keep_alive in [false, true] {
                 let mut out = b"previous".to_vec();
-                write_status(
-                    &mut out,
-                    status,
-                    Reply::plain(keep_alive),
-                    &h,
-                    e.header(),
-                    false,
-                );
+                write_refusal(&mut out, e, Reply::plain(keep_alive), &h, false);
                 let (got, fields, body, len) = parse_response(&out[8..]);
                 assert_eq!((got, len), (status, out.len() - 8));
-                assert_eq!(body, format!("{}\n", reason(status)).as_bytes());
+                assert_eq!(body, format!("{}: {e}\n", reason(status)).as_bytes());
                 let has = |n: &str, v: &str| fields.iter().any(|f| f.0 == n && f.1 == v);
                 assert!(has(
                     "Connection",
