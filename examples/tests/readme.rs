@@ -12,9 +12,9 @@
 //!
 //! Also here: every example answers `--help` with its usage and exit code 0.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Lines, Read};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The longest one README command may take.
@@ -120,6 +120,20 @@ fn run(command: &str) -> String {
 /// The demo server, killed when dropped.
 struct Server(Child);
 
+impl Server {
+    /// Starts the server example with `args`; it and its stdout's lines (`listening …`).
+    fn start(args: &[&str]) -> (Self, Lines<BufReader<ChildStdout>>) {
+        let mut child = Command::new(examples_dir().join("server"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the server example");
+        let stdout = child.stdout.take().expect("piped stdout");
+        (Self(child), BufReader::new(stdout).lines())
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -159,15 +173,7 @@ fn readme_commands_print_what_the_readme_says() {
     );
 
     // The server, on free ports; its first lines must be the README's but for the ports.
-    let mut child = Command::new(examples.join("server"))
-        .args(["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("the server example");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let server = Server(child);
-    let mut lines = BufReader::new(stdout).lines();
+    let (server, mut lines) = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"]);
     let mut ports = (0, 0);
     for want in &server_cmd.output {
         let got = lines
@@ -228,17 +234,15 @@ fn every_example_answers_help() {
 #[test]
 fn the_server_flag_cors_origin_answers_preflights() {
     use std::io::Write;
-    let mut child = Command::new(examples_dir().join("server"))
-        .args(["--tcp", "off", "--http", "127.0.0.1:0"])
-        .args(["--cors-origin", "http://localhost:3000"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("the server example");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let _server = Server(child);
-    let first = BufReader::new(stdout)
-        .lines()
+    let (_server, mut lines) = Server::start(&[
+        "--tcp",
+        "off",
+        "--http",
+        "127.0.0.1:0",
+        "--cors-origin",
+        "http://localhost:3000",
+    ]);
+    let first = lines
         .next()
         .expect("a listening line")
         .expect("the server's stdout");
