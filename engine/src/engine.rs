@@ -1,6 +1,9 @@
 //! The no-I/O entry point: one frame in, its reply (if any) appended to an output buffer.
 
 use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
 
 use bytes::BytesMut;
 use simd_json::{Buffers, ErrorType, Node, Tape, INPUT_PADDING};
@@ -9,9 +12,12 @@ use crate::codec::raw::RawCtx;
 use crate::codec::request::{span, validate};
 use crate::codec::{Id, LineDecoder};
 use crate::config::Config;
+use crate::dispatch::context::{Context, Source};
 use crate::dispatch::dispatch;
-use crate::dispatch::registry::Registry;
+use crate::dispatch::registry::{Handler, Registry};
+use crate::dispatch::responder::{Complete, Responder, Tag};
 use crate::error::{ErrorCode, FrameError};
+use crate::serializer::batch::BatchWriter;
 use crate::serializer::response::write_error;
 
 /// What [`Engine::handle`] did with a frame.
@@ -36,6 +42,9 @@ pub struct Scratch {
     buffers: Buffers,
     /// Always empty between calls; its allocation is what is reused.
     tape: Tape<'static>,
+    /// Where deferred methods called through [`Engine::handle`] answer; made on first
+    /// use.
+    waiter: Option<Arc<Waiter>>,
 }
 
 impl std::fmt::Debug for Scratch {
@@ -54,6 +63,7 @@ impl Scratch {
             input: Vec::with_capacity(4096),
             buffers: Buffers::with_max_depth(4096, max_depth),
             tape: Tape(Vec::new()),
+            waiter: None,
         }
     }
 
@@ -113,6 +123,7 @@ impl Engine {
             input: Vec::with_capacity(4096),
             buffers: Buffers::with_max_depth(4096, self.config.max_depth),
             tape: Tape(Vec::new()),
+            waiter: None,
         }
     }
 
@@ -157,10 +168,34 @@ impl Engine {
     /// # Ok::<(), ringrpc::RegisterError>(())
     /// ```
     pub fn handle(&self, frame: &[u8], scratch: &mut Scratch, out: &mut Vec<u8>) -> Outcome {
-        match self.parse_and(frame, scratch, out, None) {
+        self.handle_from(frame, &Source::default(), scratch, out)
+    }
+
+    /// As [`Engine::handle`], for a frame from `source`: the connection (transport, peer)
+    /// and HTTP headers that context-aware handlers see in their [`Context`].
+    ///
+    /// Everything is answered before this returns: methods registered as blocking run
+    /// here, and a deferred method's answer is waited for (at most `request_timeout`,
+    /// then `-32001`), batch elements one after another.
+    pub fn handle_from(
+        &self,
+        frame: &[u8],
+        source: &Source<'_>,
+        scratch: &mut Scratch,
+        out: &mut Vec<u8>,
+    ) -> Outcome {
+        // Moved out and back (no reference count touched): most frames never use it.
+        let mut wait = Wait {
+            waiter: scratch.waiter.take(),
+            config: &self.config,
+            call: None,
+        };
+        let split = self.parse_and(frame, source, scratch, out, &mut wait);
+        scratch.waiter = wait.waiter;
+        match split {
             Split::Done(outcome) => outcome,
-            // Without a deferral list nothing is deferred.
-            Split::Single | Split::Batch { .. } => Outcome::Nothing,
+            // `Wait` takes no call for later.
+            Split::Single | Split::Batch(_) => Outcome::Nothing,
         }
     }
 
@@ -168,9 +203,10 @@ impl Engine {
     fn parse_and(
         &self,
         frame: &[u8],
+        source: &Source<'_>,
         scratch: &mut Scratch,
         out: &mut Vec<u8>,
-        defer: Option<&mut Vec<Deferred>>,
+        defer: &mut impl Deferrals,
     ) -> Split {
         let len = frame.len();
         if len > self.config.max_request_bytes {
@@ -190,7 +226,7 @@ impl Engine {
                     structurals: scratch.buffers.structural_indexes(),
                     root: &tape.0,
                 };
-                self.respond(raw, out, defer)
+                self.respond(raw, source, out, defer)
             }
             Err(e) => {
                 self.parse_error(&e, out);
@@ -284,17 +320,16 @@ impl Engine {
         );
     }
 
-    /// Answers a parsed document: a single request or a batch. With `defer`, requests
-    /// for blocking methods are not run: their byte ranges are pushed there instead.
+    /// Answers a parsed document: a single request or a batch. Calls `defer` takes are
+    /// left for later (see [`Deferrals`]).
     fn respond(
         &self,
         raw: RawCtx<'_>,
+        source: &Source<'_>,
         out: &mut Vec<u8>,
-        mut defer: Option<&mut Vec<Deferred>>,
+        defer: &mut impl Deferrals,
     ) -> Split {
         let nodes = raw.root;
-        let start = out.len();
-        let limit = start.saturating_add(self.config.max_response_bytes);
         let max = self.config.max_response_bytes;
         match nodes.first() {
             Some(Node::Array { len: 0, .. }) => {
@@ -319,43 +354,37 @@ impl Engine {
                 Split::Done(Outcome::Reply)
             }
             Some(&Node::Array { len, .. }) => {
-                out.push(b'[');
+                let mut batch = BatchWriter::begin(out, max);
                 let mut rest = &nodes[1..];
-                let mut wrote = 0;
-                let mut deferred = 0;
+                let mut later = 0;
                 for _ in 0..len {
                     let n = rest.first().map_or(0, span).min(rest.len());
                     let (elem, tail) = rest.split_at(n);
                     rest = tail;
-                    let mark = out.len();
-                    if wrote > 0 {
-                        out.push(b',');
-                    }
-                    match self.single(elem, raw, out, limit, max, defer.as_deref_mut()) {
-                        Answer::Wrote => wrote += 1,
-                        Answer::Nothing => out.truncate(mark),
-                        Answer::Deferred => {
-                            out.truncate(mark);
-                            deferred += 1;
+                    let mark = batch.element(out);
+                    match self.single(elem, raw, source, out, batch.limit(), defer) {
+                        Answer::Wrote => batch.kept(),
+                        Answer::Nothing => batch.discard(out, mark),
+                        Answer::Later => {
+                            batch.discard(out, mark);
+                            later += 1;
                         }
                     }
                 }
-                if deferred > 0 {
-                    Split::Batch { wrote }
-                } else if wrote > 0 {
-                    out.push(b']');
-                    Split::Done(Outcome::Reply)
+                if later > 0 {
+                    Split::Batch(batch)
                 } else {
-                    // Only notifications: nothing at all, never `[]`.
-                    out.truncate(start);
-                    Split::Done(Outcome::Nothing)
+                    Split::Done(batch.finish(out))
                 }
             }
-            _ => match self.single(nodes, raw, out, limit, max, defer) {
-                Answer::Wrote => Split::Done(Outcome::Reply),
-                Answer::Nothing => Split::Done(Outcome::Nothing),
-                Answer::Deferred => Split::Single,
-            },
+            _ => {
+                let limit = out.len().saturating_add(max);
+                match self.single(nodes, raw, source, out, limit, defer) {
+                    Answer::Wrote => Split::Done(Outcome::Reply),
+                    Answer::Nothing => Split::Done(Outcome::Nothing),
+                    Answer::Later => Split::Single,
+                }
+            }
         }
     }
 
@@ -365,25 +394,45 @@ impl Engine {
         &self,
         nodes: &[Node<'_>],
         raw: RawCtx<'_>,
+        source: &Source<'_>,
         out: &mut Vec<u8>,
         limit: usize,
-        max: usize,
-        defer: Option<&mut Vec<Deferred>>,
+        defer: &mut impl Deferrals,
     ) -> Answer {
+        let max = self.config.max_response_bytes;
         match validate(nodes, raw) {
             Ok(req) => {
-                // One lookup serves both the blocking check and the call.
+                // One lookup serves both the kind check and the call.
                 let entry = self.registry.get(req.method);
-                if let Some(defer) = defer {
-                    if entry.is_some_and(|e| e.blocking) {
+                if let Some(e) = entry {
+                    if e.blocking {
                         if let Some(range) = raw.container_range(nodes) {
-                            let id = req.id.map(OwnedId::from);
-                            defer.push(Deferred { range, id });
-                            return Answer::Deferred;
+                            if defer.blocking(range, req.id) {
+                                return Answer::Later;
+                            }
                         }
+                    } else if let Handler::Deferred(f) = &e.handler {
+                        let responder = match req.id {
+                            Some(id) => defer.responder(id),
+                            None => Responder::detached(),
+                        };
+                        let ctx = Context {
+                            source: *source,
+                            method: req.method,
+                            id: req.id,
+                            deadline: defer.deadline(),
+                        };
+                        // A panic drops the responder while unwinding, which answers
+                        // -32603: caught here so the thread lives on.
+                        let _ = catch_unwind(AssertUnwindSafe(|| f(&ctx, req.params, responder)));
+                        return match req.id {
+                            None => Answer::Nothing,
+                            Some(_) if defer.answered(out) => Answer::Wrote,
+                            Some(_) => Answer::Later,
+                        };
                     }
                 }
-                if dispatch(entry, req, out, limit, max) {
+                if dispatch(entry, req, source, out, limit, max) {
                     Answer::Wrote
                 } else {
                     Answer::Nothing
@@ -401,18 +450,19 @@ impl Engine {
         }
     }
 
-    /// Like [`Engine::handle`], but requests for blocking methods are not run: they are
-    /// pushed onto `deferred` (byte range in `frame`, id) for the worker pool, which
-    /// answers each with [`Engine::handle`]. For a batch with deferred elements, `out`
-    /// is left holding `[` and the inline answers, comma-separated, without the `]`.
+    /// Like [`Engine::handle_from`], but the calls `defer` takes are left for later:
+    /// blocking methods' (to run on the pool) and deferred methods' (answered through
+    /// their responders). For a batch with calls left, `out` holds its array so far,
+    /// unclosed, and [`Split::Batch`] the writer to finish it with.
     pub(crate) fn handle_split(
         &self,
         frame: &[u8],
+        source: &Source<'_>,
         scratch: &mut Scratch,
         out: &mut Vec<u8>,
-        deferred: &mut Vec<Deferred>,
+        defer: &mut impl Deferrals,
     ) -> Split {
-        self.parse_and(frame, scratch, out, Some(deferred))
+        self.parse_and(frame, source, scratch, out, defer)
     }
 }
 
@@ -421,21 +471,166 @@ impl Engine {
 pub(crate) enum Split {
     /// Nothing: the frame is answered (or needs no answer).
     Done(Outcome),
-    /// The frame is one call to a blocking method, deferred whole.
+    /// The frame is one call whose answer comes later.
     Single,
-    /// A batch with deferred elements; `wrote` answers are already in the output.
-    Batch {
-        /// Inline answers written after the `[`.
-        wrote: usize,
-    },
+    /// A batch with answers still to come; its array so far is in the output.
+    Batch(BatchWriter),
 }
 
-/// A request left for the worker pool: its bytes in the frame, and its id (`None` for
-/// a notification), kept so the server can answer a timeout or a full queue itself.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Deferred {
-    pub(crate) range: Range<usize>,
-    pub(crate) id: Option<OwnedId>,
+/// Where the engine reports the calls it does not answer at once (a small sink, so the
+/// engine neither knows nor allocates the server's bookkeeping).
+pub(crate) trait Deferrals {
+    /// A call to a blocking method, at `range` in the frame: return true to take it
+    /// (the engine writes nothing for it), false to have it run here.
+    fn blocking(&mut self, range: Range<usize>, id: Option<Id<'_>>) -> bool;
+    /// A responder for a call (not a notification) to a deferred method.
+    fn responder(&mut self, id: Id<'_>) -> Responder;
+    /// The deadline of calls answered later in this frame.
+    fn deadline(&mut self) -> Option<Instant>;
+    /// After a deferred method's handler returned: whether its answer has been written
+    /// into `out` now (the no-I/O path waits for it), rather than coming later.
+    fn answered(&mut self, out: &mut Vec<u8>) -> bool;
+}
+
+/// [`Engine::handle`]'s deferrals: blocking methods run inline, deferred methods'
+/// answers are waited for.
+struct Wait<'e> {
+    /// Made on first use, then kept in the [`Scratch`].
+    waiter: Option<Arc<Waiter>>,
+    config: &'e Config,
+    /// The call being waited for: its sequence number, id and deadline.
+    call: Option<(u64, OwnedId, Option<Instant>)>,
+}
+
+impl Deferrals for Wait<'_> {
+    fn blocking(&mut self, _range: Range<usize>, _id: Option<Id<'_>>) -> bool {
+        false
+    }
+
+    fn responder(&mut self, id: Id<'_>) -> Responder {
+        let waiter = Arc::clone(self.waiter.get_or_insert_with(Default::default));
+        let seq = waiter.expect_next();
+        let deadline = self.deadline();
+        self.call = Some((seq, OwnedId::from(id), deadline));
+        let tag = Tag {
+            conn: 0,
+            generation: 0,
+            slot: seq,
+            element: 0,
+        };
+        Responder::new(
+            waiter,
+            tag,
+            OwnedId::from(id),
+            self.config.max_response_bytes,
+        )
+    }
+
+    fn deadline(&mut self) -> Option<Instant> {
+        self.config.request_timeout.map(|t| Instant::now() + t)
+    }
+
+    fn answered(&mut self, out: &mut Vec<u8>) -> bool {
+        let (Some((seq, id, deadline)), Some(waiter)) = (self.call.take(), &self.waiter) else {
+            return false;
+        };
+        if !waiter.wait(seq, deadline, out) {
+            let ms = self.config.request_timeout.unwrap_or_default().as_millis();
+            write_error(
+                out,
+                id.as_id(),
+                ErrorCode::RequestTimeout,
+                format_args!("Request timed out: no result within request_timeout ({ms} ms)"),
+            );
+        }
+        true
+    }
+}
+
+/// Where deferred methods called through [`Engine::handle`] answer: the caller waits
+/// on it for the answer it expects (answers to calls it stopped waiting for are
+/// dropped). One per [`Scratch`], reused.
+#[derive(Default)]
+struct Waiter {
+    state: Mutex<WaitState>,
+    ready: Condvar,
+}
+
+#[derive(Default)]
+struct WaitState {
+    /// The sequence number of the call waited for.
+    expected: u64,
+    answer: Option<Vec<u8>>,
+    /// A buffer given back, for the next answer.
+    spare: Vec<u8>,
+}
+
+impl Waiter {
+    fn lock(&self) -> std::sync::MutexGuard<'_, WaitState> {
+        // A panic while holding this lock leaves plain data behind: still usable.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Starts waiting for a new call: its sequence number.
+    fn expect_next(&self) -> u64 {
+        let mut s = self.lock();
+        s.expected += 1;
+        if let Some(old) = s.answer.take() {
+            s.spare = old;
+        }
+        s.expected
+    }
+
+    /// Waits for call `seq`'s answer until `deadline`; appends it to `out`. False if
+    /// the deadline passed first.
+    fn wait(&self, seq: u64, deadline: Option<Instant>, out: &mut Vec<u8>) -> bool {
+        let mut s = self.lock();
+        loop {
+            if s.expected == seq {
+                if let Some(answer) = s.answer.take() {
+                    out.extend_from_slice(&answer);
+                    s.spare = answer;
+                    return true;
+                }
+            }
+            s = match deadline {
+                None => self
+                    .ready
+                    .wait(s)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                Some(at) => {
+                    let left = at.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        // Late answers to this call are dropped from now on.
+                        s.expected += 1;
+                        return false;
+                    }
+                    self.ready
+                        .wait_timeout(s, left)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .0
+                }
+            };
+        }
+    }
+}
+
+impl Complete for Waiter {
+    fn buffer(&self) -> Vec<u8> {
+        let mut b = std::mem::take(&mut self.lock().spare);
+        b.clear();
+        b
+    }
+
+    fn complete(&self, tag: Tag, answer: Vec<u8>) {
+        let mut s = self.lock();
+        if tag.slot == s.expected && s.answer.is_none() {
+            s.answer = Some(answer);
+            self.ready.notify_all();
+        }
+    }
 }
 
 /// An [`Id`] that outlives the frame's parse.
@@ -476,5 +671,6 @@ impl OwnedId {
 enum Answer {
     Wrote,
     Nothing,
-    Deferred,
+    /// The answer comes later.
+    Later,
 }

@@ -67,6 +67,7 @@ impl AppCode {
 
 /// Every error code ringrpc can put on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ErrorCode {
     /// [`PARSE_ERROR`]
     ParseError,
@@ -86,6 +87,9 @@ pub enum ErrorCode {
     ResponseTooLarge,
     /// An application-defined code.
     Application(AppCode),
+    /// Any other code, relayed as it came (from an upstream server: see
+    /// [`RpcError::relay`]), reserved range included.
+    Relayed(i32),
 }
 
 impl ErrorCode {
@@ -101,6 +105,7 @@ impl ErrorCode {
             Self::RequestTimeout => REQUEST_TIMEOUT,
             Self::ResponseTooLarge => RESPONSE_TOO_LARGE,
             Self::Application(c) => c.get(),
+            Self::Relayed(c) => c,
         }
     }
 
@@ -116,6 +121,7 @@ impl ErrorCode {
             Self::RequestTimeout => "Request timed out",
             Self::ResponseTooLarge => "Response too large",
             Self::Application(_) => "Application error",
+            Self::Relayed(_) => "Relayed error",
         }
     }
 }
@@ -162,6 +168,43 @@ impl RpcError {
     #[cold]
     pub fn application(code: AppCode, message: impl Into<Cow<'static, str>>) -> Self {
         Self::new(ErrorCode::Application(code), message)
+    }
+
+    /// An error object relayed as another server sent it (what a proxy needs): any
+    /// `code`, the reserved range included (the protocol codes map to their own
+    /// [`ErrorCode`]s), the message, and `data` as raw JSON text passed through
+    /// unchanged. The caller vouches that `data` is one valid JSON value.
+    ///
+    /// ```
+    /// use ringrpc::RpcError;
+    /// let e = RpcError::relay(-32601, "Method not found", Some(r#"{"upstream":"a"}"#));
+    /// assert_eq!((e.code(), e.data()), (-32601, Some(r#"{"upstream":"a"}"#)));
+    /// assert_eq!(RpcError::relay(-32050, "Upstream specific", None).code(), -32050);
+    /// ```
+    #[cold]
+    pub fn relay(code: i32, message: impl Into<Cow<'static, str>>, data: Option<&str>) -> Self {
+        let known = [
+            ErrorCode::ParseError,
+            ErrorCode::InvalidRequest,
+            ErrorCode::MethodNotFound,
+            ErrorCode::InvalidParams,
+            ErrorCode::InternalError,
+            ErrorCode::ServerBusy,
+            ErrorCode::RequestTimeout,
+            ErrorCode::ResponseTooLarge,
+        ];
+        let code = match known.into_iter().find(|k| k.code() == code) {
+            Some(k) => k,
+            None => match AppCode::try_new(code) {
+                Some(app) => ErrorCode::Application(app),
+                None => ErrorCode::Relayed(code),
+            },
+        };
+        Self {
+            code,
+            message: message.into(),
+            data: data.map(Into::into),
+        }
     }
 
     /// Attaches `data`, serialized now. If `data` cannot be serialized the error keeps

@@ -17,12 +17,16 @@
 
 use std::cell::RefCell;
 use std::ops::Range;
+use std::time::Instant;
 
 use bytes::BytesMut;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
+use crate::codec::Id;
 use crate::config::Config;
-use crate::engine::{OwnedId, Split};
+use crate::dispatch::context::Source;
+use crate::dispatch::responder::Responder;
+use crate::engine::{Deferrals, OwnedId, Split};
 use crate::transport::http::{
     Cors, HttpDecoder, HttpError, HttpEvent, HttpLimits, Origin, Reply, MAX_CHUNK_LINE,
 };
@@ -688,10 +692,15 @@ const PREFIX: &[u8] = b"<prefix>";
 fn check_frame(h: &mut Harness, frame: &[u8], lenient: bool) {
     let want = expect(frame, h.engine.config());
     let mut out = PREFIX.to_vec();
-    let mut deferred = Vec::new();
-    let split = h
-        .engine
-        .handle_split(frame, &mut h.scratch, &mut out, &mut deferred);
+    let mut sink = Collect(Vec::new());
+    let split = h.engine.handle_split(
+        frame,
+        &Source::default(),
+        &mut h.scratch,
+        &mut out,
+        &mut sink,
+    );
+    let deferred = sink.0;
     assert!(
         out.starts_with(PREFIX),
         "the engine overwrote earlier output"
@@ -715,8 +724,8 @@ fn check_frame(h: &mut Harness, frame: &[u8], lenient: bool) {
     let mut late = Vec::new();
     for (d, el) in deferred.iter().zip(&blocking) {
         let text = frame
-            .get(d.range.clone())
-            .unwrap_or_else(|| panic!("deferred range {:?} out of the frame; {}", d.range, ctx()));
+            .get(d.0.clone())
+            .unwrap_or_else(|| panic!("deferred range {:?} out of the frame; {}", d.0, ctx()));
         let parsed = reference_parse(text, usize::MAX);
         assert!(
             parsed.as_ref() == Some(&el.json),
@@ -725,7 +734,7 @@ fn check_frame(h: &mut Harness, frame: &[u8], lenient: bool) {
             el.json,
             ctx()
         );
-        let id = d.id.as_ref().map(owned_id);
+        let id = d.1.as_ref().map(owned_id);
         assert!(
             id.as_ref() == el.answer.as_ref().map(|a| &a.id),
             "deferred id {id:?}, reference {:?}; {}",
@@ -805,7 +814,8 @@ fn check_frame(h: &mut Harness, frame: &[u8], lenient: bool) {
                 check_answers(&got, &answers, lenient, &ctx);
             }
         }
-        (Expect::Batch(els), Split::Batch { wrote }) => {
+        (Expect::Batch(els), Split::Batch(batch)) => {
+            let wrote = batch.answers();
             // Inline answers follow `[`; the deferred ones are added by the server.
             let inline: Vec<&Answer> = els
                 .iter()
@@ -826,6 +836,30 @@ fn check_frame(h: &mut Harness, frame: &[u8], lenient: bool) {
             }
         }
         (want, split) => panic!("expected {want:?}, got {split:?}; {}", ctx()),
+    }
+}
+
+/// The server's view of what the engine leaves for later, kept for checking: each
+/// blocking call's byte range and id.
+struct Collect(Vec<(Range<usize>, Option<OwnedId>)>);
+
+impl Deferrals for Collect {
+    fn blocking(&mut self, range: Range<usize>, id: Option<Id<'_>>) -> bool {
+        self.0.push((range, id.map(OwnedId::from)));
+        true
+    }
+
+    fn responder(&mut self, _id: Id<'_>) -> Responder {
+        // The fuzzed engines register no deferred method.
+        Responder::detached()
+    }
+
+    fn deadline(&mut self) -> Option<Instant> {
+        None
+    }
+
+    fn answered(&mut self, _out: &mut Vec<u8>) -> bool {
+        false
     }
 }
 
@@ -1046,6 +1080,7 @@ fn feed_http<'p>(limits: &HttpLimits, pieces: impl IntoIterator<Item = &'p [u8]>
                     body,
                     reply,
                     trace_id,
+                    ..
                 } => Ev::Rpc(
                     body.to_vec(),
                     reply,

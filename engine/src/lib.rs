@@ -65,14 +65,15 @@ mod error;
 /// Checks for the fuzz targets and their replay test; not a stable API.
 #[doc(hidden)]
 pub mod fuzzing;
-mod pool;
 mod serializer;
 pub mod server;
 mod transport;
 
 pub use codec::{Id, LineDecoder, Params};
 pub use config::{defaults, Config};
+pub use dispatch::context::{Connection, Context, Headers, Peer, Source, Transport};
 pub use dispatch::registry::{Registry, RegistryBuilder};
+pub use dispatch::responder::Responder;
 pub use engine::{Engine, Outcome, Scratch};
 pub use error::{AppCode, ErrorCode, FrameError, RegisterError, RpcError};
 pub use serializer::ResultWriter;

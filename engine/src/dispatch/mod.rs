@@ -1,6 +1,8 @@
 //! Dispatch: runs one validated request's handler and writes its response.
 
+pub(crate) mod context;
 pub(crate) mod registry;
+pub(crate) mod responder;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -9,6 +11,7 @@ use crate::codec::Id;
 use crate::error::{ErrorCode, RpcError};
 use crate::serializer::response::{write_error, write_prefix, write_rpc_error};
 use crate::serializer::ResultWriter;
+use context::{Context, Source};
 use registry::{Entry, Handler};
 
 /// Runs `req` with `entry` (its method's registration, `None` if there is none) and
@@ -20,6 +23,7 @@ use registry::{Entry, Handler};
 pub(crate) fn dispatch(
     entry: Option<&Entry>,
     req: Request<'_>,
+    source: &Source<'_>,
     out: &mut Vec<u8>,
     limit: usize,
     max: usize,
@@ -49,7 +53,26 @@ pub(crate) fn dispatch(
                 other => other,
             }
         }
+        Handler::CallCtx(f) => {
+            let ctx = Context {
+                source: *source,
+                method: req.method,
+                id: req.id,
+                deadline: None,
+            };
+            let mut w = ResultWriter::new(out, limit);
+            let r = f(&ctx, req.params, &mut w);
+            match r {
+                Ok(()) if !w.is_written() => w.write_raw_json(b"null"),
+                other => other,
+            }
+        }
         Handler::Notify(f) => f(req.params).map(|()| out.extend_from_slice(b"null")),
+        // The engine runs deferred methods itself (they need a responder).
+        Handler::Deferred(_) => Err(RpcError::new(
+            ErrorCode::InternalError,
+            "Internal error: a deferred method was dispatched inline",
+        )),
     }));
     if req.id.is_none() {
         // A notification: whatever happened, nothing is sent.

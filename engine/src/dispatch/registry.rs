@@ -6,19 +6,28 @@ use std::fmt;
 use rustc_hash::FxHashMap;
 
 use crate::codec::Params;
+use crate::dispatch::context::Context;
+use crate::dispatch::responder::Responder;
 use crate::error::{RegisterError, RpcError};
 use crate::serializer::ResultWriter;
 
 type CallFn = dyn Fn(Params<'_>, &mut ResultWriter<'_>) -> Result<(), RpcError> + Send + Sync;
+type CtxCallFn =
+    dyn Fn(&Context<'_>, Params<'_>, &mut ResultWriter<'_>) -> Result<(), RpcError> + Send + Sync;
 type NotifyFn = dyn Fn(Params<'_>) -> Result<(), RpcError> + Send + Sync;
+type DeferredFn = dyn Fn(&Context<'_>, Params<'_>, Responder) + Send + Sync;
 
-/// A registered handler. Typed methods are wrapped into `Call` at registration, so the
-/// dispatcher matches on two kinds only.
+/// A registered handler. Typed methods are wrapped into `Call` or `CallCtx` at
+/// registration, so the dispatcher matches on four kinds only.
 pub(crate) enum Handler {
     /// Answers calls; when notified, runs and its result is dropped.
     Call(Box<CallFn>),
+    /// As `Call`, with the call's context (built only for these).
+    CallCtx(Box<CtxCallFn>),
     /// A notification handler; when called with an id, the answer is `null`.
     Notify(Box<NotifyFn>),
+    /// Answers later through a [`Responder`], from any thread.
+    Deferred(Box<DeferredFn>),
 }
 
 /// A registered method: its handler, and whether it may block (then the server runs it
@@ -48,6 +57,7 @@ pub(crate) struct Entry {
 #[derive(Default)]
 pub struct RegistryBuilder {
     methods: FxHashMap<Box<str>, Entry>,
+    fallback: Option<Entry>,
 }
 
 impl RegistryBuilder {
@@ -103,6 +113,73 @@ impl RegistryBuilder {
         )
     }
 
+    /// Registers a typed method that also reads the call's [`Context`] (transport, peer,
+    /// HTTP headers, id, method). Otherwise as [`RegistryBuilder::method`]; plain methods
+    /// pay nothing for contexts.
+    ///
+    /// # Errors
+    ///
+    /// As [`RegistryBuilder::method`].
+    pub fn method_with_ctx<R, F>(&mut self, name: &str, f: F) -> Result<&mut Self, RegisterError>
+    where
+        R: serde::Serialize,
+        F: Fn(&Context<'_>, Params<'_>) -> Result<R, RpcError> + Send + Sync + 'static,
+    {
+        self.insert(
+            name,
+            Handler::CallCtx(Box::new(move |ctx, p, out| out.write(&f(ctx, p)?))),
+        )
+    }
+
+    /// Registers a method answered later: `f` runs on the thread that read the call
+    /// (keep it short: start the work and return) and answers through the
+    /// [`Responder`], from any thread, whenever the work is done — without holding a
+    /// thread meanwhile. The params are borrowed from the frame for the length of the
+    /// call: parse what the work needs into owned values before returning.
+    ///
+    /// The server answers `-32001` if the responder has not answered by the call's
+    /// deadline (`request_timeout`), and `-32603` if it is dropped unanswered.
+    ///
+    /// # Errors
+    ///
+    /// As [`RegistryBuilder::method`].
+    pub fn deferred_method<F>(&mut self, name: &str, f: F) -> Result<&mut Self, RegisterError>
+    where
+        F: Fn(&Context<'_>, Params<'_>, Responder) + Send + Sync + 'static,
+    {
+        self.insert(name, Handler::Deferred(Box::new(f)))
+    }
+
+    /// Sets the route for every method not registered (what a proxy needs): `f` answers
+    /// inline, and finds the called name in [`Context::method`]. Without a fallback an
+    /// unknown method is `-32601`.
+    pub fn fallback<F>(&mut self, f: F) -> &mut Self
+    where
+        F: Fn(&Context<'_>, Params<'_>, &mut ResultWriter<'_>) -> Result<(), RpcError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.fallback = Some(Entry {
+            handler: Handler::CallCtx(Box::new(f)),
+            blocking: false,
+        });
+        self
+    }
+
+    /// As [`RegistryBuilder::fallback`], answered later through a [`Responder`] (a proxy
+    /// forwarding the call upstream), as for [`RegistryBuilder::deferred_method`].
+    pub fn deferred_fallback<F>(&mut self, f: F) -> &mut Self
+    where
+        F: Fn(&Context<'_>, Params<'_>, Responder) + Send + Sync + 'static,
+    {
+        self.fallback = Some(Entry {
+            handler: Handler::Deferred(Box::new(f)),
+            blocking: false,
+        });
+        self
+    }
+
     /// Registers a raw method: `f` gets the borrowed params and writes its result JSON
     /// directly into the response through the [`ResultWriter`].
     ///
@@ -133,6 +210,7 @@ impl RegistryBuilder {
     pub fn freeze(self) -> Registry {
         Registry {
             methods: self.methods,
+            fallback: self.fallback,
         }
     }
 }
@@ -141,6 +219,7 @@ impl RegistryBuilder {
 /// method name and no locks.
 pub struct Registry {
     methods: FxHashMap<Box<str>, Entry>,
+    fallback: Option<Entry>,
 }
 
 impl Registry {
@@ -149,9 +228,10 @@ impl Registry {
         RegistryBuilder::default()
     }
 
+    /// The method's entry, or the fallback's; `None`: method not found.
     #[inline]
     pub(crate) fn get(&self, name: &str) -> Option<&Entry> {
-        self.methods.get(name)
+        self.methods.get(name).or(self.fallback.as_ref())
     }
 
     /// Whether `name` is registered as blocking.
@@ -159,7 +239,7 @@ impl Registry {
         self.methods.get(name).is_some_and(|e| e.blocking)
     }
 
-    /// Whether `name` is registered.
+    /// Whether `name` is registered (the fallback aside).
     pub fn contains(&self, name: &str) -> bool {
         self.methods.contains_key(name)
     }

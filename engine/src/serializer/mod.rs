@@ -1,6 +1,7 @@
 //! The serializer: responses and batch arrays written straight into a caller-provided,
 //! reused output buffer.
 
+pub(crate) mod batch;
 pub(crate) mod json;
 #[cfg(feature = "client")]
 pub(crate) mod request;

@@ -8,12 +8,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use mio::net::{TcpStream, UnixStream};
 
+use super::pending::Slot;
 use crate::codec::LineDecoder;
-use crate::engine::OwnedId;
-use crate::transport::http::{HttpDecoder, Reply};
+use crate::dispatch::context::Connection;
+use crate::transport::http::HttpDecoder;
 
 /// A connected stream socket.
 pub(crate) enum Stream {
@@ -65,75 +66,6 @@ pub(crate) enum Decoder {
     Http(Box<HttpDecoder>),
 }
 
-/// A request deferred to the worker pool, as an element of its slot.
-pub(crate) struct Elem {
-    pub(crate) range: std::ops::Range<usize>,
-    /// `None` for a notification.
-    pub(crate) id: Option<OwnedId>,
-    pub(crate) state: ElemState,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ElemState {
-    Queued,
-    Submitted,
-    Done,
-}
-
-/// An answer the connection owes, in request order. Either ready (its final bytes, framed
-/// for the transport, are in `buf`) or waiting for deferred elements.
-pub(crate) struct Slot {
-    pub(crate) id: u64,
-    pub(crate) ready: bool,
-    /// HTTP: how to head this answer (keep-alive, CORS origin); `None` on line transports.
-    pub(crate) http: Option<Reply>,
-    /// A batch (its answers go into one array) rather than a single call.
-    pub(crate) batch: bool,
-    /// Ready: the framed bytes. Waiting: the JSON so far (`[` and answers, for a batch).
-    pub(crate) buf: Vec<u8>,
-    /// Answers already in `buf` (batch).
-    pub(crate) wrote: usize,
-    pub(crate) frame: Bytes,
-    pub(crate) elems: Vec<Elem>,
-    /// Elements not yet done.
-    pub(crate) remaining: usize,
-    /// Elements on the pool now.
-    pub(crate) submitted: usize,
-    /// When the pending elements are answered `-32001` (`request_timeout`).
-    pub(crate) deadline: Option<Instant>,
-}
-
-impl Slot {
-    /// A slot whose final bytes are already known.
-    pub(crate) fn ready(id: u64, buf: Vec<u8>) -> Self {
-        Self {
-            id,
-            ready: true,
-            http: None,
-            batch: false,
-            buf,
-            wrote: 0,
-            frame: Bytes::new(),
-            elems: Vec::new(),
-            remaining: 0,
-            submitted: 0,
-            deadline: None,
-        }
-    }
-
-    /// Adds one element's answer (empty for a notification) to the JSON so far.
-    pub(crate) fn push_answer(&mut self, answer: &[u8]) {
-        if answer.is_empty() {
-            return;
-        }
-        if self.batch && self.wrote > 0 {
-            self.buf.push(b',');
-        }
-        self.buf.extend_from_slice(answer);
-        self.wrote += 1;
-    }
-}
-
 /// The most answers a connection may owe (pending or waiting their turn) before the
 /// server stops reading from it.
 pub(crate) const MAX_SLOTS: usize = 1024;
@@ -159,6 +91,8 @@ pub(crate) const LINGER: std::time::Duration = std::time::Duration::from_secs(1)
 
 /// One client connection.
 pub(crate) struct Conn {
+    /// Transport, peer and id, for call contexts.
+    pub(crate) info: Connection,
     pub(crate) stream: Stream,
     pub(crate) decoder: Decoder,
     pub(crate) generation: u64,
@@ -190,8 +124,15 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub(crate) fn new(stream: Stream, decoder: Decoder, generation: u64, open: OpenGuard) -> Self {
+    pub(crate) fn new(
+        info: Connection,
+        stream: Stream,
+        decoder: Decoder,
+        generation: u64,
+        open: OpenGuard,
+    ) -> Self {
         Self {
+            info,
             stream,
             decoder,
             generation,

@@ -19,6 +19,8 @@
 //! See docs/ARCHITECTURE.md.
 
 mod conn;
+mod pending;
+mod pool;
 mod reactor;
 mod stdio;
 

@@ -1,28 +1,24 @@
 //! The event loop: accept, read, decode, answer, write; hand blocking calls to the pool
 //! and put their answers back in order.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::io::{self, Read};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use crossbeam_channel::Receiver;
 use mio::{Events, Interest, Token};
 use slab::Slab;
 
-use super::conn::{Conn, Decoder, Elem, ElemState, OpenGuard, Slot, Stream};
+use super::conn::{Conn, Decoder, OpenGuard, Stream};
+use super::pending::{Completed, Pending, Slot};
+use super::pool::Pool;
 use super::{Listener, Proto, Server};
 
-use crate::dispatch::too_large;
-use crate::engine::{Deferred, Engine, Outcome, OwnedId, Scratch, Split};
-use crate::error::ErrorCode;
-use crate::pool::{Done, Job, Pool, ReplyTo, Tag};
-use crate::serializer::response::{write_error, write_rpc_error};
+use crate::dispatch::context::{Connection, Peer, Source, Transport};
+use crate::engine::{Engine, Outcome, Scratch, Split};
 use crate::transport::http::{self, HttpEvent, Reply, ServerHeaders};
-use crate::transport::io::read_into;
+use crate::transport::io::{peer_cred, read_into};
 
 pub(super) const WAKER: Token = Token(0);
 const SIGNALS: Token = Token(1);
@@ -40,19 +36,19 @@ const READ_CHUNK: usize = 16 * 1024;
 /// `reserve` takes its whole allocation back without allocating.
 const SPARE_BUFFERS: usize = 32;
 
+/// Connection ids, unique in the process (numbered from 1).
+static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
+
 /// Everything the answering code needs besides the connection itself.
 struct Ctx {
     engine: Arc<Engine>,
     scratch: Scratch,
-    deferred: Vec<Deferred>,
     /// Read buffers given back by quiet connections (see [`SPARE_BUFFERS`]).
     spare: Vec<BytesMut>,
-    pool: Arc<Pool>,
     /// Connections open across all reactors.
     open: Arc<AtomicUsize>,
-    reply_to: Arc<ReplyTo>,
-    /// (deadline, connection, generation, slot)
-    timers: BinaryHeap<Reverse<(Instant, usize, u64, u64)>>,
+    /// Calls answered later: pool calls and deferred methods.
+    pending: Pending,
     /// The lines every HTTP response carries (`Date`, `Keep-Alive`, CORS), refreshed
     /// once per loop turn.
     http: ServerHeaders,
@@ -184,11 +180,6 @@ fn serve(parts: Parts) -> io::Result<()> {
         open,
         peers,
     } = parts;
-    let (done_tx, done_rx) = crossbeam_channel::unbounded::<Done>();
-    let reply_to = Arc::new(ReplyTo {
-        done: done_tx,
-        waker: Arc::clone(&waker),
-    });
     let mut signals = match signals {
         Some(s) => {
             let mut s = mio::net::UnixStream::from_std(s);
@@ -215,13 +206,10 @@ fn serve(parts: Parts) -> io::Result<()> {
         scratch: engine.scratch(),
         http: ServerHeaders::new(engine.config().idle_timeout, cors.clone()),
         cors,
+        pending: Pending::new(pool, Arc::clone(&waker), engine.config()),
         engine,
-        deferred: Vec::new(),
         spare: Vec::new(),
-        pool,
         open,
-        reply_to,
-        timers: BinaryHeap::new(),
     };
     let mut conns: Slab<Conn> = Slab::new();
     let mut events = Events::with_capacity(1024);
@@ -299,7 +287,7 @@ fn serve(parts: Parts) -> io::Result<()> {
                 }
             }
         }
-        completions(&mut ctx, &done_rx, &mut conns, &poll, &mut again_next);
+        completions(&mut ctx, &mut conns, &poll, &mut again_next);
         std::mem::swap(&mut again, &mut again_next);
         expire(&mut ctx, &mut conns, &poll, &mut again);
         if last_sweep.elapsed() >= Duration::from_secs(1) {
@@ -439,8 +427,8 @@ fn next_timeout(ctx: &Ctx, stopping: bool) -> Duration {
     } else {
         Duration::from_secs(1)
     };
-    match ctx.timers.peek() {
-        Some(Reverse((at, ..))) => at.saturating_duration_since(Instant::now()).min(tick),
+    match ctx.pending.next_deadline() {
+        Some(at) => at.saturating_duration_since(Instant::now()).min(tick),
         None => tick,
     }
 }
@@ -462,24 +450,35 @@ fn accept(
 ) -> io::Result<bool> {
     let config = ctx.engine.config();
     loop {
-        let (stream, decoder) = match l {
+        let (stream, decoder, transport, peer) = match l {
             Listener::Tcp(l, proto) => match l.accept() {
-                Ok((s, _)) => {
+                Ok((s, addr)) => {
                     let _ = s.set_nodelay(true);
-                    let d = match proto {
-                        Proto::Line => Decoder::Line(ctx.engine.decoder()),
-                        Proto::Http => Decoder::Http(Box::new(http::HttpDecoder::new(
-                            http::HttpLimits::from_config(config, ctx.cors.clone()),
-                        ))),
+                    let (d, transport) = match proto {
+                        Proto::Line => (Decoder::Line(ctx.engine.decoder()), Transport::Tcp),
+                        Proto::Http => (
+                            Decoder::Http(Box::new(http::HttpDecoder::new(
+                                http::HttpLimits::from_config(config, ctx.cors.clone()),
+                            ))),
+                            Transport::Http,
+                        ),
                     };
-                    (Stream::Tcp(s), d)
+                    (Stream::Tcp(s), d, transport, Peer::Ip(addr))
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
                 Err(e) if is_exhausted(&e) => return Ok(true),
                 Err(_) => continue,
             },
             Listener::Unix(l, _) => match l.accept() {
-                Ok((s, _)) => (Stream::Unix(s), Decoder::Line(ctx.engine.decoder())),
+                Ok((s, _)) => {
+                    use std::os::fd::AsRawFd;
+                    let peer = match peer_cred(s.as_raw_fd()) {
+                        Ok((pid, uid, gid)) => Peer::Unix { pid, uid, gid },
+                        Err(_) => Peer::Unknown,
+                    };
+                    let d = Decoder::Line(ctx.engine.decoder());
+                    (Stream::Unix(s), d, Transport::Unix, peer)
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
                 Err(e) if is_exhausted(&e) => return Ok(true),
                 Err(_) => continue,
@@ -494,7 +493,12 @@ fn accept(
         let entry = conns.vacant_entry();
         let key = entry.key();
         let guard = OpenGuard::new(Arc::clone(&ctx.open));
-        let mut conn = Conn::new(stream, decoder, *generation, guard);
+        let info = Connection::new(
+            transport,
+            peer,
+            NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed),
+        );
+        let mut conn = Conn::new(info, stream, decoder, *generation, guard);
         let registered = poll.registry().register(
             conn.stream.source(),
             Token(CONN0 + key),
@@ -624,11 +628,13 @@ fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<usize>)
             },
             Decoder::Http(d) => match d.decode(&mut conn.rbuf) {
                 None => return,
-                Some(HttpEvent::Rpc { body, reply, .. }) => {
+                Some(HttpEvent::Rpc {
+                    body, head, reply, ..
+                }) => {
                     if !reply.keep_alive {
                         conn.read_closed = true;
                     }
-                    answer(ctx, conn, key, body, Some(reply));
+                    answer(ctx, conn, key, body, Some((reply, &head)));
                 }
                 Some(HttpEvent::Health { reply, head }) => {
                     if !reply.keep_alive {
@@ -686,165 +692,69 @@ fn queue_if_behind(conn: &mut Conn, mark: usize) {
     conn.slots.push_back(Slot::ready(id, buf));
 }
 
-/// Answers one frame (a line, or an HTTP body). Cheap calls are answered here, straight
-/// into the connection's output; calls to blocking methods go to the pool.
-fn answer(ctx: &mut Ctx, conn: &mut Conn, key: usize, frame: BytesMut, http: Option<Reply>) {
+/// Answers one frame (a line, or an HTTP body, with its head). Cheap calls are
+/// answered here, straight into the connection's output; calls answered later (pool,
+/// responders) leave a slot with [`Pending`].
+fn answer(
+    ctx: &mut Ctx,
+    conn: &mut Conn,
+    key: usize,
+    frame: BytesMut,
+    http: Option<(Reply, &[u8])>,
+) {
     let mark = conn.out.len();
     // HTTP: room for the head is reserved first, so the JSON is written in place.
-    let head = http.map(|reply| {
+    let head = http.map(|(reply, _)| {
         (
             http::begin_json_response(&mut conn.out, reply, &ctx.http),
             reply,
         )
     });
     let body_at = conn.out.len();
-    ctx.deferred.clear();
-    let split = ctx
-        .engine
-        .handle_split(&frame, &mut ctx.scratch, &mut conn.out, &mut ctx.deferred);
-    let wrote = match split {
-        Split::Done(outcome) => {
-            match (head, outcome) {
-                (None, Outcome::Reply) => conn.out.push(b'\n'),
-                (None, Outcome::Nothing) => {}
-                (Some((h, reply)), Outcome::Reply) => {
-                    http::finish_json_response(&mut conn.out, h, reply, &ctx.http)
-                }
-                (Some((h, reply)), Outcome::Nothing) => {
-                    http::cancel_json_response(&mut conn.out, h);
-                    http::write_no_content(&mut conn.out, reply, &ctx.http);
-                }
-            }
-            queue_if_behind(conn, mark);
-            return;
-        }
-        Split::Single => 0,
-        Split::Batch { wrote } => wrote,
+    let source = match http {
+        Some((_, request_head)) => Source::http(&conn.info, request_head),
+        None => Source::new(&conn.info),
     };
-    // Deferred work: the JSON so far moves into a slot that waits for the pool.
-    let buf = conn.out.split_off(body_at);
+    let slot_id = conn.next_slot;
+    let mut sink = ctx.pending.sink(key, conn.generation, slot_id);
+    let split =
+        ctx.engine
+            .handle_split(&frame, &source, &mut ctx.scratch, &mut conn.out, &mut sink);
+    if let Split::Done(outcome) = split {
+        match (head, outcome) {
+            (None, Outcome::Reply) => conn.out.push(b'\n'),
+            (None, Outcome::Nothing) => {}
+            (Some((h, reply)), Outcome::Reply) => {
+                http::finish_json_response(&mut conn.out, h, reply, &ctx.http)
+            }
+            (Some((h, reply)), Outcome::Nothing) => {
+                http::cancel_json_response(&mut conn.out, h);
+                http::write_no_content(&mut conn.out, reply, &ctx.http);
+            }
+        }
+        queue_if_behind(conn, mark);
+        return;
+    }
+    // Answers to come: the JSON so far moves into a slot that waits for them.
+    let json = conn.out.split_off(body_at);
     if let Some((h, _)) = head {
         http::cancel_json_response(&mut conn.out, h);
     }
     conn.out.truncate(mark);
-    let elems: Vec<Elem> = ctx
-        .deferred
-        .drain(..)
-        .map(|d| Elem {
-            range: d.range,
-            id: d.id,
-            state: ElemState::Queued,
-        })
-        .collect();
-    let id = conn.next_slot;
     conn.next_slot += 1;
-    let deadline = ctx
-        .engine
-        .config()
-        .request_timeout
-        .map(|t| Instant::now() + t);
-    let remaining = elems.len();
-    conn.slots.push_back(Slot {
-        id,
-        ready: false,
-        http,
-        batch: matches!(split, Split::Batch { .. }),
-        buf,
-        wrote,
-        // A copy: a shared slice would keep the whole read buffer alive while the
-        // call waits for the pool. The copy is small next to a blocking call.
-        frame: bytes::Bytes::copy_from_slice(&frame),
-        elems,
-        remaining,
-        submitted: 0,
-        deadline,
-    });
-    if let Some(slot) = conn.slots.back_mut() {
-        submit(ctx, slot, key, conn.generation);
-        if slot.remaining == 0 {
-            finish(slot, &ctx.http);
-        } else if let Some(at) = deadline {
-            // Only calls still pending get a timer: the heap holds no dead entries for
-            // calls answered at once (e.g. "server busy").
-            ctx.timers.push(Reverse((at, key, conn.generation, id)));
-        }
-    }
+    let reply = http.map(|(reply, _)| reply);
+    let slot = ctx.pending.open(
+        key,
+        conn.generation,
+        slot_id,
+        split,
+        json,
+        &frame,
+        reply,
+        &ctx.http,
+    );
+    conn.slots.push_back(slot);
     conn.release_ready();
-}
-
-/// Sends queued elements of `slot` to the pool, up to the per-batch cap. A full queue
-/// answers the element `-32000 Server busy` at once.
-fn submit(ctx: &mut Ctx, slot: &mut Slot, conn: usize, generation: u64) {
-    let cap = ctx.engine.config().batch_concurrency;
-    for i in 0..slot.elems.len() {
-        if slot.submitted >= cap {
-            break;
-        }
-        if slot.elems[i].state != ElemState::Queued {
-            continue;
-        }
-        let job = Job {
-            frame: slot.frame.slice(slot.elems[i].range.clone()),
-            tag: Tag {
-                conn,
-                generation,
-                slot: slot.id,
-                element: i as u32,
-            },
-            reply_to: Arc::clone(&ctx.reply_to),
-            deadline: slot.deadline,
-        };
-        match ctx.pool.try_submit(job) {
-            Ok(()) => {
-                slot.elems[i].state = ElemState::Submitted;
-                slot.submitted += 1;
-            }
-            Err(_job) => {
-                slot.elems[i].state = ElemState::Done;
-                slot.remaining -= 1;
-                let mut err = Vec::new();
-                if let Some(id) = &slot.elems[i].id {
-                    write_error(
-                        &mut err,
-                        id.as_id(),
-                        ErrorCode::ServerBusy,
-                        format_args!("Server busy: the work queue is full, try again"),
-                    );
-                }
-                slot.push_answer(&err);
-            }
-        }
-    }
-}
-
-/// All elements are done: frame the final bytes.
-fn finish(slot: &mut Slot, headers: &ServerHeaders) {
-    let mut json = std::mem::take(&mut slot.buf);
-    if slot.batch {
-        if slot.wrote == 0 {
-            json.clear(); // only notifications: nothing at all, never `[]`
-        } else {
-            json.push(b']');
-        }
-    }
-    let mut out = Vec::with_capacity(json.len() + 128);
-    match slot.http {
-        None if json.is_empty() => {}
-        None => {
-            out.extend_from_slice(&json);
-            out.push(b'\n');
-        }
-        Some(reply) if json.is_empty() => http::write_no_content(&mut out, reply, headers),
-        Some(reply) => {
-            let m = http::begin_json_response(&mut out, reply, headers);
-            out.extend_from_slice(&json);
-            http::finish_json_response(&mut out, m, reply, headers);
-        }
-    }
-    slot.buf = out;
-    slot.ready = true;
-    slot.frame = bytes::Bytes::new();
-    slot.elems = Vec::new();
 }
 
 /// After a slot of connection `key` was answered: moves what is ready into the output,
@@ -869,102 +779,45 @@ fn settle(
     }
 }
 
-/// Puts pool answers into their slots.
+/// The waiting slot `slot` of connection `key`, if that connection (of `generation`)
+/// is still there.
+fn waiting_slot(
+    conns: &mut Slab<Conn>,
+    key: usize,
+    generation: u64,
+    slot: u64,
+) -> Option<&mut Slot> {
+    let conn = conns.get_mut(key).filter(|c| c.generation == generation)?;
+    conn.slots.iter_mut().find(|s| s.id == slot && !s.ready)
+}
+
+/// Puts answers given later (pool, responders) into their slots.
 fn completions(
     ctx: &mut Ctx,
-    rx: &Receiver<Done>,
     conns: &mut Slab<Conn>,
     poll: &mio::Poll,
     again: &mut Vec<(usize, u64)>,
 ) {
-    while let Ok(done) = rx.try_recv() {
-        let Tag {
-            conn: key,
-            generation,
-            slot,
-            element,
-        } = done.tag;
-        let Some(conn) = conns.get_mut(key) else {
-            continue;
-        };
-        if conn.generation != generation {
-            continue; // the connection it belonged to is gone
+    ctx.pending.rearm();
+    while let Some(done) = ctx.pending.next_done() {
+        let completed = ctx.pending.complete(
+            done,
+            |key, generation, slot| waiting_slot(conns, key, generation, slot),
+            &ctx.http,
+        );
+        if let Completed::Into { conn } = completed {
+            settle(ctx, conns, poll, conn, again);
         }
-        let Some(s) = conn.slots.iter_mut().find(|s| s.id == slot && !s.ready) else {
-            continue; // answered already (timed out)
-        };
-        let Some(e) = s.elems.get_mut(element as usize) else {
-            continue;
-        };
-        if e.state != ElemState::Submitted {
-            continue;
-        }
-        e.state = ElemState::Done;
-        s.submitted -= 1;
-        s.remaining -= 1;
-        let max = ctx.engine.config().max_response_bytes;
-        if s.batch && s.buf.len() + done.reply.len() + 2 > max {
-            // As for answers written inline: `max_response_bytes` bounds the whole
-            // array, so this element is answered -32002 and the others stand.
-            let mut err = Vec::new();
-            if let Some(id) = s.elems.get(element as usize).and_then(|e| e.id.as_ref()) {
-                write_rpc_error(&mut err, id.as_id(), &too_large(max));
-            }
-            s.push_answer(&err);
-        } else {
-            s.push_answer(&done.reply);
-        }
-        submit(ctx, s, key, generation);
-        if s.remaining == 0 {
-            finish(s, &ctx.http);
-        }
-        settle(ctx, conns, poll, key, again);
     }
 }
 
 /// Answers calls whose deadline has passed with `-32001 Request timed out`.
 fn expire(ctx: &mut Ctx, conns: &mut Slab<Conn>, poll: &mio::Poll, again: &mut Vec<(usize, u64)>) {
     let now = Instant::now();
-    while let Some(Reverse((at, key, generation, slot))) = ctx.timers.peek().copied() {
-        if at > now {
-            break;
+    while let Some((key, generation, slot)) = ctx.pending.next_expired(now) {
+        if let Some(s) = waiting_slot(conns, key, generation, slot) {
+            ctx.pending.expire(s, &ctx.http);
+            settle(ctx, conns, poll, key, again);
         }
-        ctx.timers.pop();
-        let Some(conn) = conns.get_mut(key) else {
-            continue;
-        };
-        if conn.generation != generation {
-            continue;
-        }
-        let timeout = ctx.engine.config().request_timeout.unwrap_or_default();
-        let Some(s) = conn.slots.iter_mut().find(|s| s.id == slot && !s.ready) else {
-            continue;
-        };
-        let ids: Vec<Option<OwnedId>> = s
-            .elems
-            .iter_mut()
-            .filter(|e| e.state != ElemState::Done)
-            .map(|e| {
-                e.state = ElemState::Done;
-                e.id.clone()
-            })
-            .collect();
-        for id in ids.into_iter().flatten() {
-            let mut err = Vec::new();
-            write_error(
-                &mut err,
-                id.as_id(),
-                ErrorCode::RequestTimeout,
-                format_args!(
-                    "Request timed out: no result within request_timeout ({} ms)",
-                    timeout.as_millis()
-                ),
-            );
-            s.push_answer(&err);
-        }
-        s.remaining = 0;
-        s.submitted = 0;
-        finish(s, &ctx.http);
-        settle(ctx, conns, poll, key, again);
     }
 }

@@ -504,6 +504,9 @@ pub(crate) enum HttpEvent {
         /// The body: split off the read buffer without copying (`Content-Length`), or
         /// de-chunked in place in it (chunked). Dropping it lets the buffer reuse the space.
         body: BytesMut,
+        /// The request's head as received (request line, header lines, empty line),
+        /// split off the buffer the same way, for [`crate::dispatch::context::Headers`].
+        head: BytesMut,
         /// Whether to keep the connection open after answering (HTTP/1.1 unless
         /// `Connection: close`; HTTP/1.0 only with `Connection: keep-alive`; if not, the
         /// decoder ignores anything after this request), and the CORS origin.
@@ -591,10 +594,24 @@ impl State {
 }
 
 /// What an accepted JSON-RPC request carries from its head to its [`HttpEvent::Rpc`].
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 struct RpcMeta {
     reply: Reply,
     trace_id: Option<TraceId>,
+    /// The request's head (request line and header lines), split off the read buffer
+    /// without copying, for handlers that read headers.
+    head: BytesMut,
+}
+
+impl RpcMeta {
+    /// The meta, leaving an empty head behind.
+    fn take(&mut self) -> Self {
+        Self {
+            reply: self.reply,
+            trace_id: self.trace_id,
+            head: std::mem::take(&mut self.head),
+        }
+    }
 }
 
 /// How a request's body is delimited.
@@ -695,7 +712,7 @@ impl HttpDecoder {
                     if buf.len() < *len {
                         return None;
                     }
-                    let meta = *meta;
+                    let meta = meta.take();
                     let body = buf.split_to(*len);
                     Step::Event(self.rpc(body, meta))
                 }
@@ -704,7 +721,7 @@ impl HttpDecoder {
                     match chunked.run(buf, self.limits.max_body_bytes, max_head) {
                         Ok(None) => Step::NeedMore,
                         Ok(Some(len)) => {
-                            let meta = chunked.meta;
+                            let meta = chunked.meta.take();
                             let gap = chunked.pos - len;
                             let body = buf.split_to(len);
                             buf.advance(gap);
@@ -744,6 +761,7 @@ impl HttpDecoder {
         };
         HttpEvent::Rpc {
             body,
+            head: meta.head,
             reply: meta.reply,
             trace_id: meta.trace_id,
         }
@@ -825,8 +843,12 @@ impl HttpDecoder {
         }
         let plan = match parsed {
             Ok(httparse::Status::Complete(len)) => {
-                let plan = self.plan(&req);
-                buf.advance(len);
+                let mut plan = self.plan(&req);
+                // O(1), no copy: the head stays in the buffer's memory.
+                let head = buf.split_to(len);
+                if let Ok(Plan::Rpc { meta, .. }) = &mut plan {
+                    meta.head = head;
+                }
                 plan
             }
             _ if !complete => {
@@ -931,6 +953,7 @@ impl HttpDecoder {
                     meta: RpcMeta {
                         reply,
                         trace_id: f.trace_id,
+                        head: BytesMut::new(),
                     },
                 },
                 Some(error) => refuse(error),
@@ -1794,6 +1817,7 @@ mod tests {
                 body,
                 reply,
                 trace_id,
+                ..
             } => Ev::Rpc(
                 body.to_vec(),
                 reply.keep_alive,

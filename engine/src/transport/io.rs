@@ -32,6 +32,32 @@ pub(crate) fn read_into(fd: RawFd, buf: &mut BytesMut, min_free: usize) -> io::R
     Ok(n)
 }
 
+/// The credentials of the process at the other end of a Unix socket (`SO_PEERCRED`, as
+/// they were at connect time): (pid, uid, gid).
+pub(crate) fn peer_cred(fd: RawFd) -> io::Result<(i32, u32, u32)> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` is a writable `ucred` and `len` its size; getsockopt(2) writes at
+    // most `len` bytes into it and the new length into `len`.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            std::ptr::from_mut(&mut cred).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((cred.pid, cred.uid, cred.gid))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,5 +78,16 @@ mod tests {
         drop(a);
         assert_eq!(read_into(b.as_raw_fd(), &mut buf, 16).unwrap(), 0);
         assert!(read_into(-1, &mut buf, 16).is_err());
+    }
+
+    #[test]
+    fn peer_credentials_are_this_process() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let (pid, uid, gid) = peer_cred(a.as_raw_fd()).unwrap();
+        assert_eq!(pid, std::process::id() as i32);
+        // SAFETY: getuid and getgid cannot fail and touch no memory of ours.
+        let (me, my_group) = unsafe { (libc::getuid(), libc::getgid()) };
+        assert_eq!((uid, gid), (me, my_group));
+        assert!(peer_cred(-1).is_err());
     }
 }

@@ -15,13 +15,9 @@ use std::time::Instant;
 use bytes::Bytes;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
+use super::pending::ReplyTo;
+use crate::dispatch::responder::{Complete, Tag};
 use crate::engine::{Engine, Outcome};
-
-/// Where a job's answer goes back to: a reactor's completion queue and its waker.
-pub(crate) struct ReplyTo {
-    pub(crate) done: Sender<Done>,
-    pub(crate) waker: Arc<mio::Waker>,
-}
 
 /// A call for a worker.
 pub(crate) struct Job {
@@ -32,21 +28,6 @@ pub(crate) struct Job {
     pub(crate) reply_to: Arc<ReplyTo>,
     /// Past this the caller has been answered `-32001` already: the job is skipped.
     pub(crate) deadline: Option<Instant>,
-}
-
-/// Identifies the answer's destination on its reactor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Tag {
-    pub(crate) conn: usize,
-    pub(crate) generation: u64,
-    pub(crate) slot: u64,
-    pub(crate) element: u32,
-}
-
-/// A finished job: the response object, or empty for a notification.
-pub(crate) struct Done {
-    pub(crate) tag: Tag,
-    pub(crate) reply: Vec<u8>,
 }
 
 /// The worker threads and the queue feeding them.
@@ -107,15 +88,11 @@ fn work(engine: &Engine, rx: &Receiver<Job>, stopping: &AtomicBool) {
         if stopping.load(Ordering::Relaxed) || job.deadline.is_some_and(|d| Instant::now() >= d) {
             continue;
         }
-        let mut reply = Vec::new();
+        let mut reply = job.reply_to.buffer();
         if engine.handle(&job.frame, &mut scratch, &mut reply) == Outcome::Nothing {
             reply.clear();
         }
-        let tag = job.tag;
-        // A reactor that is gone no longer wants the answer.
-        if job.reply_to.done.send(Done { tag, reply }).is_ok() {
-            let _ = job.reply_to.waker.wake();
-        }
+        job.reply_to.complete(job.tag, reply);
     }
 }
 
@@ -126,7 +103,15 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
     use std::time::{Duration, Instant};
 
-    fn setup(workers: usize, capacity: usize) -> (Pool, Arc<ReplyTo>, Receiver<Done>, mio::Poll) {
+    fn setup(
+        workers: usize,
+        capacity: usize,
+    ) -> (
+        Pool,
+        Arc<ReplyTo>,
+        Receiver<super::super::pending::Done>,
+        mio::Poll,
+    ) {
         // `meet` returns once `workers` calls are inside it at the same time (or after
         // 10 s, with `false`): it proves the calls ran in parallel without timing them.
         static INSIDE: AtomicUsize = AtomicUsize::new(0);
@@ -151,8 +136,8 @@ mod tests {
         let pool = Pool::start(engine, workers, capacity).unwrap();
         let poll = mio::Poll::new().unwrap();
         let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).unwrap());
-        let (done, rx) = crossbeam_channel::unbounded();
-        (pool, Arc::new(ReplyTo { done, waker }), rx, poll)
+        let (reply_to, rx) = ReplyTo::new(waker);
+        (pool, reply_to, rx, poll)
     }
 
     fn job(frame: &str, element: u32, reply_to: &Arc<ReplyTo>) -> Job {

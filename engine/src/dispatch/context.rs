@@ -1,0 +1,275 @@
+//! The call context: who is calling and how, for handlers that ask for it.
+//!
+//! A [`Context`] is borrowed for the length of one handler call and costs nothing to
+//! handlers that do not ask for it: it is built on the stack from what the transport
+//! already holds (the [`Connection`], set up once per connection, and the HTTP request's
+//! head, still in the read buffer) and the request being dispatched.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use crate::codec::Id;
+
+/// How a request arrived.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Transport {
+    /// Newline-delimited JSON over TCP.
+    Tcp,
+    /// Newline-delimited JSON over a Unix domain socket.
+    Unix,
+    /// JSON-RPC over HTTP/1.1.
+    Http,
+    /// Newline-delimited JSON on stdin/stdout.
+    Stdio,
+    /// No transport of ringrpc's: the frame was handed to [`Engine::handle`] by an
+    /// embedder.
+    ///
+    /// [`Engine::handle`]: crate::Engine::handle
+    Embedded,
+}
+
+impl Transport {
+    /// `"tcp"`, `"unix"`, `"http"`, `"stdio"` or `"embedded"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Tcp => "tcp",
+            Self::Unix => "unix",
+            Self::Http => "http",
+            Self::Stdio => "stdio",
+            Self::Embedded => "embedded",
+        }
+    }
+}
+
+/// The other end of a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Peer {
+    /// Unknown (stdio, or an embedder that did not say).
+    Unknown,
+    /// A TCP peer's address, as the socket reports it.
+    Ip(SocketAddr),
+    /// A Unix-socket peer's credentials (`SO_PEERCRED`) at connect time.
+    Unix {
+        /// The peer's process id.
+        pid: i32,
+        /// The peer's user id.
+        uid: u32,
+        /// The peer's group id.
+        gid: u32,
+    },
+}
+
+impl std::fmt::Display for Peer {
+    /// `ADDR:PORT` for IP peers, `pid=P uid=U gid=G` for Unix peers, `unknown` otherwise.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unknown => f.write_str("unknown"),
+            Self::Ip(addr) => write!(f, "{addr}"),
+            Self::Unix { pid, uid, gid } => write!(f, "pid={pid} uid={uid} gid={gid}"),
+        }
+    }
+}
+
+/// What is known of a connection for as long as it lives: its transport, its peer and
+/// an id unique within the process. The server makes one per accepted connection; an
+/// embedder makes its own ([`Connection::new`]) or uses [`Connection::EMBEDDED`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Connection {
+    transport: Transport,
+    peer: Peer,
+    id: u64,
+}
+
+impl Connection {
+    /// What [`Engine::handle`](crate::Engine::handle) assumes: an embedded caller, peer
+    /// unknown, connection id 0.
+    pub const EMBEDDED: Self = Self::new(Transport::Embedded, Peer::Unknown, 0);
+
+    /// A connection of `transport` from `peer`, known as `id`.
+    pub const fn new(transport: Transport, peer: Peer, id: u64) -> Self {
+        Self {
+            transport,
+            peer,
+            id,
+        }
+    }
+
+    /// How the connection's requests arrive.
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    /// Who is at the other end.
+    pub fn peer(&self) -> Peer {
+        self.peer
+    }
+
+    /// The connection's id: unique among the connections a server accepted (they are
+    /// numbered from 1); 0 for [`Connection::EMBEDDED`].
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+/// An HTTP request's header fields, borrowed from its head in the read buffer (not
+/// copied). Lookups scan the head, so they cost only when a handler asks.
+#[derive(Clone, Copy)]
+pub struct Headers<'a> {
+    /// The whole head: request line, header lines, the empty line. httparse accepted it,
+    /// so every header line is `name ":" value`.
+    head: &'a [u8],
+}
+
+impl<'a> Headers<'a> {
+    /// The fields of `head`, a request head the HTTP decoder accepted.
+    pub(crate) fn new(head: &'a [u8]) -> Self {
+        Self { head }
+    }
+
+    /// Every header field in order, name and value (without surrounding whitespace).
+    pub fn iter(&self) -> impl Iterator<Item = (&'a str, &'a [u8])> + 'a {
+        let head = self.head;
+        head.split(|&b| b == b'\n')
+            .skip(1)
+            .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
+            .take_while(|line| !line.is_empty())
+            .filter_map(|line| {
+                let colon = memchr::memchr(b':', line)?;
+                let name = std::str::from_utf8(&line[..colon]).ok()?;
+                Some((name, trim(&line[colon + 1..])))
+            })
+    }
+
+    /// The first field named `name` (case-insensitive), if any.
+    pub fn get(&self, name: &str) -> Option<&'a [u8]> {
+        self.iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    }
+
+    /// The first field named `name` as text, if it is UTF-8.
+    pub fn get_str(&self, name: &str) -> Option<&'a str> {
+        self.get(name).and_then(|v| std::str::from_utf8(v).ok())
+    }
+}
+
+impl std::fmt::Debug for Headers<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.iter().map(|(n, v)| (n, String::from_utf8_lossy(v))))
+            .finish()
+    }
+}
+
+fn trim(v: &[u8]) -> &[u8] {
+    let is_ows = |b: &u8| *b == b' ' || *b == b'\t';
+    let start = v.iter().position(|b| !is_ows(b)).unwrap_or(v.len());
+    let end = v.iter().rposition(|b| !is_ows(b)).map_or(start, |i| i + 1);
+    &v[start..end]
+}
+
+/// Where a frame came from, as its caller tells the engine: the connection, and for
+/// HTTP the request's header fields. See [`Engine::handle_from`].
+///
+/// [`Engine::handle_from`]: crate::Engine::handle_from
+#[derive(Clone, Copy, Debug)]
+pub struct Source<'a> {
+    pub(crate) conn: &'a Connection,
+    pub(crate) headers: Option<Headers<'a>>,
+}
+
+impl<'a> Source<'a> {
+    /// A frame from `conn` (no HTTP headers).
+    pub fn new(conn: &'a Connection) -> Self {
+        Self {
+            conn,
+            headers: None,
+        }
+    }
+
+    /// An HTTP request's body from `conn`, with the request's head (request line and
+    /// header lines, as received).
+    pub fn http(conn: &'a Connection, head: &'a [u8]) -> Self {
+        Self {
+            conn,
+            headers: Some(Headers::new(head)),
+        }
+    }
+}
+
+impl Default for Source<'static> {
+    /// [`Connection::EMBEDDED`], no headers.
+    fn default() -> Self {
+        Self::new(&Connection::EMBEDDED)
+    }
+}
+
+/// What a context-aware handler knows of its call: the connection it came on, the HTTP
+/// request's headers, the request's method and id, and its deadline.
+///
+/// ```
+/// use ringrpc::{Config, Engine, Params, Registry, RpcError};
+///
+/// let mut methods = Registry::builder();
+/// methods.method_with_ctx("who", |ctx, _p: Params<'_>| -> Result<String, RpcError> {
+///     Ok(format!("{} via {}", ctx.method(), ctx.connection().transport().as_str()))
+/// })?;
+/// let engine = Engine::new(methods.freeze(), Config::default());
+/// let mut out = Vec::new();
+/// let _ = engine.handle(br#"{"jsonrpc":"2.0","method":"who","id":1}"#, &mut engine.scratch(), &mut out);
+/// assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":"who via embedded"}"#);
+/// # Ok::<(), ringrpc::RegisterError>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Context<'a> {
+    pub(crate) source: Source<'a>,
+    pub(crate) method: &'a str,
+    pub(crate) id: Option<Id<'a>>,
+    pub(crate) deadline: Option<Instant>,
+}
+
+impl<'a> Context<'a> {
+    /// The connection the call came on.
+    pub fn connection(&self) -> &'a Connection {
+        self.source.conn
+    }
+
+    /// The HTTP request's header fields (`None` on other transports).
+    pub fn headers(&self) -> Option<Headers<'a>> {
+        self.source.headers
+    }
+
+    /// The method called (for a fallback route, the name that was not registered).
+    pub fn method(&self) -> &'a str {
+        self.method
+    }
+
+    /// The request's id; `None` for a notification.
+    pub fn id(&self) -> Option<Id<'a>> {
+        self.id
+    }
+
+    /// When the server answers `-32001` if the call has not been answered: set for
+    /// calls answered later (pool and deferred methods) under `request_timeout`.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_are_read_from_the_head() {
+        let head =
+            b"POST / HTTP/1.1\r\nHost: x\r\nUser-Agent:  curl/8.0 \r\nx-a: 1\nX-A: 2\r\n\r\n";
+        let h = Headers::new(head);
+        assert_eq!(h.get("user-agent"), Some(&b"curl/8.0"[..]));
+        assert_eq!(h.get_str("X-A"), Some("1"));
+        assert_eq!(h.get("missing"), None);
+        assert_eq!(h.iter().count(), 4);
+    }
+}

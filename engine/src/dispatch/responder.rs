@@ -1,0 +1,182 @@
+//! [`Responder`]: the answer to a call, given later, from any thread.
+//!
+//! A method registered with [`RegistryBuilder::deferred_method`] returns at once and
+//! answers through its `Responder` when its work is done — from a timer, another
+//! thread, or an async runtime's task. The responder writes the whole response object
+//! into a buffer borrowed from its destination (reused, so no allocation in steady
+//! state) and hands it over; the destination (the server's completion queue, or the
+//! caller of [`Engine::handle`]) puts it where it belongs.
+//!
+//! [`RegistryBuilder::deferred_method`]: crate::RegistryBuilder::deferred_method
+//! [`Engine::handle`]: crate::Engine::handle
+
+use std::sync::Arc;
+
+use crate::dispatch::too_large;
+use crate::engine::OwnedId;
+use crate::error::{ErrorCode, RpcError};
+use crate::serializer::response::{write_error, write_prefix, write_rpc_error};
+use crate::serializer::ResultWriter;
+
+/// Where a completion goes, opaque to the engine: the server packs a connection, a
+/// request slot and a batch element into it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tag {
+    pub(crate) conn: usize,
+    pub(crate) generation: u64,
+    pub(crate) slot: u64,
+    pub(crate) element: u32,
+}
+
+/// The destination of answers given later: the server's per-reactor completion queue,
+/// or the engine's own waiter for [`Engine::handle`](crate::Engine::handle).
+pub(crate) trait Complete: Send + Sync {
+    /// An empty buffer to write an answer into (one given back earlier, if any).
+    fn buffer(&self) -> Vec<u8>;
+    /// The answer for `tag`: a whole response object.
+    fn complete(&self, tag: Tag, answer: Vec<u8>);
+}
+
+/// The answer to one call of a deferred method, to be given once, from any thread.
+///
+/// Consumed by answering, so a call cannot be answered twice. Rules:
+/// - dropped unanswered, it answers `-32603` saying so;
+/// - answered after the call's deadline (`request_timeout`, when the caller already got
+///   `-32001`), the answer is dropped;
+/// - for a notification, every answer is dropped.
+///
+/// ```
+/// use ringrpc::{Config, Engine, Registry};
+///
+/// let mut methods = Registry::builder();
+/// methods.deferred_method("later", |_ctx, params, responder| {
+///     let n: u64 = match params.parse::<[u64; 1]>() {
+///         Ok([n]) => n,
+///         Err(e) => return responder.error(e),
+///     };
+///     // Owned values move to another thread; the responder answers from there.
+///     std::thread::spawn(move || responder.respond(Ok::<_, ringrpc::RpcError>(n * 2)));
+/// })?;
+/// let engine = Engine::new(methods.freeze(), Config::default());
+/// let mut out = Vec::new();
+/// let frame = br#"{"jsonrpc":"2.0","method":"later","params":[21],"id":1}"#;
+/// // The no-I/O API waits for the answer.
+/// let _ = engine.handle(frame, &mut engine.scratch(), &mut out);
+/// assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":42}"#);
+/// # Ok::<(), ringrpc::RegisterError>(())
+/// ```
+#[must_use = "a responder dropped unanswered answers -32603"]
+pub struct Responder {
+    bound: Option<Bound>,
+}
+
+struct Bound {
+    target: Arc<dyn Complete>,
+    tag: Tag,
+    id: OwnedId,
+    /// `max_response_bytes`.
+    max: usize,
+}
+
+impl std::fmt::Debug for Responder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Responder")
+            .field("id", &self.bound.as_ref().map(|b| &b.id))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Responder {
+    /// A responder answering `id` to `target` under `tag`.
+    pub(crate) fn new(target: Arc<dyn Complete>, tag: Tag, id: OwnedId, max: usize) -> Self {
+        Self {
+            bound: Some(Bound {
+                target,
+                tag,
+                id,
+                max,
+            }),
+        }
+    }
+
+    /// A responder whose answers go nowhere (a notification's).
+    pub(crate) fn detached() -> Self {
+        Self { bound: None }
+    }
+
+    /// Whether the call is a notification (its answer will be dropped).
+    pub fn is_notification(&self) -> bool {
+        self.bound.is_none()
+    }
+
+    /// Answers with `result` serialized by serde, or with the error.
+    pub fn respond<T: serde::Serialize>(self, result: Result<T, RpcError>) {
+        match result {
+            Ok(value) => self.answer(|w| w.write(&value)),
+            Err(e) => self.error(e),
+        }
+    }
+
+    /// Answers with `json`, one JSON value the caller vouches for, copied as is (a proxy
+    /// relaying an upstream's result).
+    pub fn respond_raw(self, json: &[u8]) {
+        self.answer(|w| w.write_raw_json(json));
+    }
+
+    /// Answers with an error object (any code: see [`RpcError::relay`]).
+    pub fn error(mut self, e: RpcError) {
+        if let Some(b) = self.bound.take() {
+            let mut out = b.target.buffer();
+            write_rpc_error(&mut out, b.id.as_id(), &e);
+            b.target.complete(b.tag, out);
+        }
+    }
+
+    fn answer(mut self, write: impl FnOnce(&mut ResultWriter<'_>) -> Result<(), RpcError>) {
+        let Some(b) = self.bound.take() else {
+            return;
+        };
+        let mut out = b.target.buffer();
+        write_prefix(&mut out, b.id.as_id());
+        out.extend_from_slice(br#""result":"#);
+        let start = out.len();
+        let limit = start.saturating_add(b.max);
+        let written = write(&mut ResultWriter::new(&mut out, limit));
+        match written {
+            Ok(()) => {
+                if out.len() == start {
+                    out.extend_from_slice(b"null");
+                }
+                out.push(b'}');
+            }
+            Err(e) => {
+                let e = if e.error_code() == ErrorCode::ResponseTooLarge {
+                    too_large(b.max)
+                } else {
+                    e
+                };
+                out.clear();
+                write_rpc_error(&mut out, b.id.as_id(), &e);
+            }
+        }
+        b.target.complete(b.tag, out);
+    }
+}
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        if let Some(b) = self.bound.take() {
+            let mut out = b.target.buffer();
+            write_error(
+                &mut out,
+                b.id.as_id(),
+                ErrorCode::InternalError,
+                format_args!(
+                    "Internal error: the method gave no answer (its responder was dropped, \
+                     or it panicked)"
+                ),
+            );
+            b.target.complete(b.tag, out);
+        }
+    }
+}

@@ -1,0 +1,497 @@
+//! Calls answered later: the one owner of their life cycle on a reactor.
+//!
+//! ```text
+//!  frame ──Engine::handle_split(…, Sink)──▶ inline answers written at once
+//!                 │ blocking call: Elem{Pool(range)}      deferred method: Elem{Responder}
+//!                 ▼                                        │ handler gets a Responder
+//!          Slot{elements, deadline, batch array so far}    │ (Tag: conn, slot, element)
+//!                 │ submit: Job → pool (≤ batch_concurrency) │
+//!                 ▼                                        ▼
+//!          worker: Engine::handle ──▶ ReplyTo::complete(tag, answer) ◀── Responder::respond
+//!                                        │ channel + one wake per batch of completions
+//!                                        ▼
+//!          reactor: complete() puts each answer into its slot (BatchWriter: commas,
+//!          -32002 budget); expire() answers -32001 at the deadline; a late answer is
+//!          dropped; when no element is left, finish() frames the slot for its transport
+//! ```
+//!
+//! A slot is one request frame whose answer is not complete yet; the connection keeps
+//! its slots in request order ([`super::conn::Conn::slots`]) and releases each once it
+//! is ready and every earlier one has gone.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use crossbeam_channel::{Receiver, Sender};
+
+use super::pool::{Job, Pool};
+use crate::codec::Id;
+use crate::dispatch::responder::{Complete, Responder, Tag};
+use crate::engine::{Deferrals, OwnedId, Split};
+use crate::error::ErrorCode;
+use crate::serializer::batch::BatchWriter;
+use crate::serializer::response::write_error;
+use crate::transport::http::{self, Reply, ServerHeaders};
+
+/// Buffers kept for answers given later (pool and responders), per reactor.
+const SPARE_ANSWERS: usize = 1024;
+
+/// A finished call: its answer (a response object; empty for a notification).
+pub(crate) struct Done {
+    pub(crate) tag: Tag,
+    pub(crate) reply: Vec<u8>,
+}
+
+/// Where answers given later go back to: a reactor's completion queue and its waker.
+pub(crate) struct ReplyTo {
+    done: Sender<Done>,
+    waker: Arc<mio::Waker>,
+    /// Set by the first completion since the reactor last drained the queue: later ones
+    /// do not wake it again (one wake-up per batch of completions).
+    woken: AtomicBool,
+    /// Answer buffers given back by the reactor, for the next answers.
+    spare: (Sender<Vec<u8>>, Receiver<Vec<u8>>),
+}
+
+impl ReplyTo {
+    /// A queue waking `waker`; the receiving end for the reactor.
+    pub(crate) fn new(waker: Arc<mio::Waker>) -> (Arc<Self>, Receiver<Done>) {
+        let (done, rx) = crossbeam_channel::unbounded();
+        let reply_to = Self {
+            done,
+            waker,
+            woken: AtomicBool::new(false),
+            spare: crossbeam_channel::bounded(SPARE_ANSWERS),
+        };
+        (Arc::new(reply_to), rx)
+    }
+
+    /// Gives an answer's buffer back for reuse.
+    fn recycle(&self, mut buf: Vec<u8>) {
+        if buf.capacity() > 0 && buf.capacity() <= 64 * 1024 {
+            buf.clear();
+            let _ = self.spare.0.try_send(buf);
+        }
+    }
+}
+
+impl Complete for ReplyTo {
+    fn buffer(&self) -> Vec<u8> {
+        self.spare.1.try_recv().unwrap_or_default()
+    }
+
+    fn complete(&self, tag: Tag, reply: Vec<u8>) {
+        // A reactor that is gone no longer wants the answer.
+        if self.done.send(Done { tag, reply }).is_ok() && !self.woken.swap(true, Ordering::AcqRel) {
+            let _ = self.waker.wake();
+        }
+    }
+}
+
+/// What an element of a slot is waiting for.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Work {
+    /// A blocking call: its bytes in the slot's frame, for the pool.
+    Pool(Range<usize>),
+    /// A deferred method's call: its responder answers.
+    Responder,
+}
+
+/// A call of a slot answered later.
+pub(crate) struct Elem {
+    pub(crate) work: Work,
+    /// `None` for a notification.
+    pub(crate) id: Option<OwnedId>,
+    pub(crate) state: ElemState,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ElemState {
+    /// Waiting for a place on the pool (`batch_concurrency`).
+    Queued,
+    /// On the pool, or with its responder.
+    Running,
+    Done,
+}
+
+/// An answer the connection owes, in request order. Either ready (its final bytes, framed
+/// for the transport, are in `buf`) or waiting for elements answered later.
+pub(crate) struct Slot {
+    pub(crate) id: u64,
+    pub(crate) ready: bool,
+    /// HTTP: how to head this answer (keep-alive, CORS origin); `None` on line transports.
+    pub(crate) http: Option<Reply>,
+    /// A batch's array, open, while elements are pending; `None` for a single call.
+    batch: Option<BatchWriter>,
+    /// Ready: the framed bytes. Waiting: the JSON so far (a batch's array, unclosed).
+    pub(crate) buf: Vec<u8>,
+    /// The request's bytes, for pool jobs (empty when none go to the pool).
+    frame: Bytes,
+    elems: Vec<Elem>,
+    /// Elements not yet done.
+    remaining: usize,
+    /// Elements on the pool now.
+    on_pool: usize,
+}
+
+impl Slot {
+    /// A slot whose final bytes are already known.
+    pub(crate) fn ready(id: u64, buf: Vec<u8>) -> Self {
+        Self {
+            id,
+            ready: true,
+            http: None,
+            batch: None,
+            buf,
+            frame: Bytes::new(),
+            elems: Vec::new(),
+            remaining: 0,
+            on_pool: 0,
+        }
+    }
+
+    /// Adds one element's answer.
+    fn push_answer(&mut self, answer: &[u8], id: Option<Id<'_>>) {
+        match &mut self.batch {
+            Some(batch) => batch.push(&mut self.buf, answer, id),
+            None => self.buf.extend_from_slice(answer),
+        }
+    }
+}
+
+/// The engine's [`Deferrals`] on the server: blocking calls and deferred methods'
+/// calls become elements of the slot the frame will get.
+pub(crate) struct Sink<'p> {
+    elems: &'p mut Vec<Elem>,
+    reply_to: &'p Arc<ReplyTo>,
+    tag: Tag,
+    timeout: Option<Duration>,
+    deadline: Option<Instant>,
+    max: usize,
+}
+
+impl Deferrals for Sink<'_> {
+    fn blocking(&mut self, range: Range<usize>, id: Option<Id<'_>>) -> bool {
+        self.elems.push(Elem {
+            work: Work::Pool(range),
+            id: id.map(OwnedId::from),
+            state: ElemState::Queued,
+        });
+        true
+    }
+
+    fn responder(&mut self, id: Id<'_>) -> Responder {
+        let element = u32::try_from(self.elems.len()).unwrap_or(u32::MAX);
+        self.elems.push(Elem {
+            work: Work::Responder,
+            id: Some(OwnedId::from(id)),
+            state: ElemState::Running,
+        });
+        let tag = Tag {
+            element,
+            ..self.tag
+        };
+        let target: Arc<dyn Complete> = self.reply_to.clone();
+        Responder::new(target, tag, OwnedId::from(id), self.max)
+    }
+
+    fn deadline(&mut self) -> Option<Instant> {
+        if self.deadline.is_none() {
+            self.deadline = self.timeout.map(|t| Instant::now() + t);
+        }
+        self.deadline
+    }
+
+    fn answered(&mut self, _out: &mut Vec<u8>) -> bool {
+        false
+    }
+}
+
+/// A reactor's calls answered later: the pool it submits to, its completion queue and
+/// the deadlines of its slots.
+pub(crate) struct Pending {
+    pool: Arc<Pool>,
+    reply_to: Arc<ReplyTo>,
+    done: Receiver<Done>,
+    /// (deadline, connection, generation, slot)
+    timers: BinaryHeap<Reverse<(Instant, usize, u64, u64)>>,
+    /// The elements of the frame being answered (reused between frames).
+    elems: Vec<Elem>,
+    timeout: Option<Duration>,
+    batch_concurrency: usize,
+    max_response_bytes: usize,
+}
+
+/// What [`Pending::complete`] found for a completion.
+pub(crate) enum Completed {
+    /// The answer went into slot `slot` of connection `conn`, which may now have
+    /// answers ready.
+    Into { conn: usize },
+    /// Nobody wants it any more (answered at the deadline, connection gone).
+    Dropped,
+}
+
+impl Pending {
+    /// The bookkeeping for a reactor woken by `waker`, submitting to `pool`.
+    pub(crate) fn new(pool: Arc<Pool>, waker: Arc<mio::Waker>, config: &crate::Config) -> Self {
+        let (reply_to, done) = ReplyTo::new(waker);
+        Self {
+            pool,
+            reply_to,
+            done,
+            timers: BinaryHeap::new(),
+            elems: Vec::new(),
+            timeout: config.request_timeout,
+            batch_concurrency: config.batch_concurrency,
+            max_response_bytes: config.max_response_bytes,
+        }
+    }
+
+    /// The sink for a frame of connection `conn` that will get slot `slot` if anything
+    /// is left for later.
+    pub(crate) fn sink(&mut self, conn: usize, generation: u64, slot: u64) -> Sink<'_> {
+        self.elems.clear();
+        Sink {
+            elems: &mut self.elems,
+            reply_to: &self.reply_to,
+            tag: Tag {
+                conn,
+                generation,
+                slot,
+                element: 0,
+            },
+            timeout: self.timeout,
+            deadline: None,
+            max: self.max_response_bytes,
+        }
+    }
+
+    /// The slot for a frame the engine left calls of (`split` is not `Done`), with the
+    /// JSON written so far (`json`: a batch's open array, or nothing), and `deadline`
+    /// the sink gave its calls. Submits its pool calls and sets its timer. The slot may
+    /// be ready at once (every call refused for a full queue).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn open(
+        &mut self,
+        conn: usize,
+        generation: u64,
+        id: u64,
+        split: Split,
+        json: Vec<u8>,
+        frame: &[u8],
+        http: Option<Reply>,
+        headers: &ServerHeaders,
+    ) -> Slot {
+        let elems = std::mem::take(&mut self.elems);
+        let has_pool = elems.iter().any(|e| matches!(e.work, Work::Pool(_)));
+        let batch = match split {
+            Split::Batch(b) => Some(b.moved_to(0)),
+            Split::Single | Split::Done(_) => None,
+        };
+        let remaining = elems.len();
+        let mut slot = Slot {
+            id,
+            ready: false,
+            http,
+            batch,
+            buf: json,
+            // A copy: a shared slice would keep the whole read buffer alive while the
+            // call waits for the pool. The copy is small next to a blocking call.
+            frame: if has_pool {
+                Bytes::copy_from_slice(frame)
+            } else {
+                Bytes::new()
+            },
+            elems,
+            remaining,
+            on_pool: 0,
+        };
+        self.submit(&mut slot, conn, generation);
+        if slot.remaining == 0 {
+            finish(&mut slot, headers);
+        } else if let Some(t) = self.timeout {
+            // Only calls still pending get a timer: the heap holds no dead entries for
+            // calls answered at once (e.g. "server busy").
+            self.timers
+                .push(Reverse((Instant::now() + t, conn, generation, id)));
+        }
+        slot
+    }
+
+    /// Sends queued elements of `slot` to the pool, up to `batch_concurrency` at once. A
+    /// full queue answers the element `-32000 Server busy` at once.
+    fn submit(&self, slot: &mut Slot, conn: usize, generation: u64) {
+        for i in 0..slot.elems.len() {
+            if slot.on_pool >= self.batch_concurrency {
+                break;
+            }
+            let Work::Pool(range) = &slot.elems[i].work else {
+                continue;
+            };
+            if slot.elems[i].state != ElemState::Queued {
+                continue;
+            }
+            let job = Job {
+                frame: slot.frame.slice(range.clone()),
+                tag: Tag {
+                    conn,
+                    generation,
+                    slot: slot.id,
+                    element: i as u32,
+                },
+                reply_to: Arc::clone(&self.reply_to),
+                deadline: self.timeout.map(|t| Instant::now() + t),
+            };
+            match self.pool.try_submit(job) {
+                Ok(()) => {
+                    slot.elems[i].state = ElemState::Running;
+                    slot.on_pool += 1;
+                }
+                Err(_job) => {
+                    slot.elems[i].state = ElemState::Done;
+                    slot.remaining -= 1;
+                    if let Some(id) = &slot.elems[i].id {
+                        let mut err = Vec::new();
+                        write_error(
+                            &mut err,
+                            id.as_id(),
+                            ErrorCode::ServerBusy,
+                            format_args!("Server busy: the work queue is full, try again"),
+                        );
+                        let id = slot.elems[i].id.clone();
+                        slot.push_answer(&err, id.as_ref().map(OwnedId::as_id));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Clears the wake-up flag: completions from now on wake the reactor again. Call
+    /// before draining the completions.
+    pub(crate) fn rearm(&self) {
+        self.reply_to.woken.store(false, Ordering::Release);
+    }
+
+    /// The next completion, if any.
+    pub(crate) fn next_done(&self) -> Option<Done> {
+        self.done.try_recv().ok()
+    }
+
+    /// Puts `done` into its slot, found by `find` (the connection's slot of that id,
+    /// still waiting, if the connection with that generation still exists).
+    pub(crate) fn complete<'s>(
+        &self,
+        done: Done,
+        find: impl FnOnce(usize, u64, u64) -> Option<&'s mut Slot>,
+        headers: &ServerHeaders,
+    ) -> Completed {
+        let Tag {
+            conn,
+            generation,
+            slot,
+            element,
+        } = done.tag;
+        let Some(s) = find(conn, generation, slot) else {
+            self.reply_to.recycle(done.reply);
+            return Completed::Dropped;
+        };
+        let Some(e) = s.elems.get_mut(element as usize) else {
+            self.reply_to.recycle(done.reply);
+            return Completed::Dropped;
+        };
+        if e.state != ElemState::Running {
+            self.reply_to.recycle(done.reply);
+            return Completed::Dropped;
+        }
+        e.state = ElemState::Done;
+        if matches!(e.work, Work::Pool(_)) {
+            s.on_pool -= 1;
+        }
+        s.remaining -= 1;
+        let id = e.id.clone();
+        s.push_answer(&done.reply, id.as_ref().map(OwnedId::as_id));
+        self.reply_to.recycle(done.reply);
+        self.submit(s, conn, generation);
+        if s.remaining == 0 {
+            finish(s, headers);
+        }
+        Completed::Into { conn }
+    }
+
+    /// The next slot whose deadline has passed by `now`: (connection, generation, slot).
+    pub(crate) fn next_expired(&mut self, now: Instant) -> Option<(usize, u64, u64)> {
+        match self.timers.peek() {
+            Some(Reverse((at, ..))) if *at <= now => {
+                let Reverse((_, conn, generation, slot)) = self.timers.pop()?;
+                Some((conn, generation, slot))
+            }
+            _ => None,
+        }
+    }
+
+    /// The earliest deadline, if any.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.timers.peek().map(|Reverse((at, ..))| *at)
+    }
+
+    /// Answers every element of `slot` still pending `-32001 Request timed out` (their
+    /// late answers will be dropped) and finishes it.
+    pub(crate) fn expire(&self, slot: &mut Slot, headers: &ServerHeaders) {
+        if slot.ready {
+            return;
+        }
+        let ms = self.timeout.unwrap_or_default().as_millis();
+        for i in 0..slot.elems.len() {
+            if slot.elems[i].state == ElemState::Done {
+                continue;
+            }
+            slot.elems[i].state = ElemState::Done;
+            let Some(id) = slot.elems[i].id.clone() else {
+                continue;
+            };
+            let mut err = Vec::new();
+            write_error(
+                &mut err,
+                id.as_id(),
+                ErrorCode::RequestTimeout,
+                format_args!("Request timed out: no result within request_timeout ({ms} ms)"),
+            );
+            slot.push_answer(&err, Some(id.as_id()));
+        }
+        slot.remaining = 0;
+        slot.on_pool = 0;
+        finish(slot, headers);
+    }
+}
+
+/// All elements are done: frames the slot's final bytes for its transport.
+fn finish(slot: &mut Slot, headers: &ServerHeaders) {
+    let mut json = std::mem::take(&mut slot.buf);
+    if let Some(batch) = slot.batch.take() {
+        // Only notifications: nothing at all, never `[]`.
+        let _ = batch.finish(&mut json);
+    }
+    let mut out = Vec::with_capacity(json.len() + 256);
+    match slot.http {
+        None if json.is_empty() => {}
+        None => {
+            out.extend_from_slice(&json);
+            out.push(b'\n');
+        }
+        Some(reply) if json.is_empty() => http::write_no_content(&mut out, reply, headers),
+        Some(reply) => {
+            let m = http::begin_json_response(&mut out, reply, headers);
+            out.extend_from_slice(&json);
+            http::finish_json_response(&mut out, m, reply, headers);
+        }
+    }
+    slot.buf = out;
+    slot.ready = true;
+    slot.frame = Bytes::new();
+    slot.elems = Vec::new();
+}
