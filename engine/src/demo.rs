@@ -10,15 +10,20 @@
 //! | `echo` | anything | the params, as sent |
 //! | `add` | `[a, b]` | `a + b` |
 //! | `sleep` | `{"ms": N}` (N ≤ 60000) | `null`, after N ms (blocking: the server runs it on the worker pool) |
+//! | `delay` | `[ms]` (ms ≤ 60000) | `null`, after ms, answered by a [`Responder`] from a timer thread: no thread waits meanwhile |
+//! | `whoami` | none | `{"transport": "tcp", "peer": "127.0.0.1:50312"}`, plus `"user_agent"` when the HTTP request had one |
 //! | `update`, `notify_hello`, `notify_sum` | anything | notifications: no answer |
 //!
 //! Integers are `i64`; overflow is answered with `-32602`. `foobar` does not exist.
 
-use std::time::Duration;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use crate::{Config, Engine, Params, Registry, RegistryBuilder, RpcError};
+use crate::{Config, Context, Engine, Params, Registry, RegistryBuilder, Responder, RpcError};
 
 /// The longest `sleep` accepted, in milliseconds.
 pub const MAX_SLEEP_MS: u64 = 60_000;
@@ -40,6 +45,154 @@ fn overflow() -> RpcError {
 
 /// A builder holding the demo methods, for adding more before freezing.
 pub fn builder() -> RegistryBuilder {
+    let mut b = core_builder();
+    let r = (|| -> Result<(), crate::RegisterError> {
+        b.deferred_method("delay", delay)?.method_with_ctx(
+            "whoami",
+            |ctx: &Context<'_>, _p: Params<'_>| {
+                Ok(Whoami {
+                    transport: ctx.connection().transport().as_str(),
+                    peer: ctx.connection().peer().to_string(),
+                    user_agent: ctx
+                        .headers()
+                        .and_then(|h| h.get("user-agent"))
+                        .map(|v| String::from_utf8_lossy(v).into_owned()),
+                })
+            },
+        )?;
+        Ok(())
+    })();
+    // The names above are fixed, distinct and unreserved.
+    debug_assert!(r.is_ok());
+    b
+}
+
+#[derive(Serialize)]
+struct Whoami {
+    transport: &'static str,
+    peer: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    user_agent: Option<String>,
+}
+
+/// `delay [ms]`: answered by the timer thread after `ms`.
+fn delay(_ctx: &Context<'_>, p: Params<'_>, responder: Responder) {
+    let [ms]: [u64; 1] = match p.parse() {
+        Ok(ms) => ms,
+        Err(e) => return responder.error(e),
+    };
+    if ms > MAX_SLEEP_MS {
+        return responder.error(RpcError::invalid_params(format_args!(
+            "`ms` must be at most {MAX_SLEEP_MS}"
+        )));
+    }
+    timer().after(Duration::from_millis(ms), responder);
+}
+
+/// One thread answering `delay` calls when their time comes.
+struct Timer {
+    due: Mutex<BinaryHeap<Reverse<Due>>>,
+    changed: Condvar,
+}
+
+/// A responder to answer at `at` (`seq` breaks ties in arrival order).
+struct Due {
+    at: Instant,
+    seq: u64,
+    responder: Responder,
+}
+
+impl PartialEq for Due {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Due {}
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Due {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+/// The demo timer, started on first use.
+fn timer() -> &'static Timer {
+    static TIMER: OnceLock<&'static Timer> = OnceLock::new();
+    TIMER.get_or_init(|| {
+        let t: &'static Timer = Box::leak(Box::new(Timer {
+            due: Mutex::new(BinaryHeap::new()),
+            changed: Condvar::new(),
+        }));
+        // If the thread cannot start, calls wait in the heap until their deadline
+        // (-32001): the server stays up.
+        let _ = std::thread::Builder::new()
+            .name("ringrpc-demo-timer".into())
+            .spawn(move || t.run());
+        t
+    })
+}
+
+impl Timer {
+    fn after(&self, wait: Duration, responder: Responder) {
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let due = Due {
+            at: Instant::now() + wait,
+            seq,
+            responder,
+        };
+        self.lock().push(Reverse(due));
+        self.changed.notify_one();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BinaryHeap<Reverse<Due>>> {
+        self.due
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn run(&self) {
+        let mut due = self.lock();
+        loop {
+            let now = Instant::now();
+            let mut ready = Vec::new();
+            while due.peek().is_some_and(|Reverse(d)| d.at <= now) {
+                if let Some(Reverse(d)) = due.pop() {
+                    ready.push(d.responder);
+                }
+            }
+            if !ready.is_empty() {
+                // Answered outside the lock: completing wakes a reactor.
+                drop(due);
+                for r in ready {
+                    r.respond(Ok(()));
+                }
+                due = self.lock();
+                continue;
+            }
+            due = match due.peek().map(|Reverse(d)| d.at) {
+                Some(at) => {
+                    self.changed
+                        .wait_timeout(due, at.saturating_duration_since(now))
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .0
+                }
+                None => self
+                    .changed
+                    .wait(due)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            };
+        }
+    }
+}
+
+/// The demo methods without the ones answered later or reading the call's context
+/// (`delay`, `whoami`): what the fuzzers' reference models.
+pub fn core_builder() -> RegistryBuilder {
     let mut b = Registry::builder();
     let r = (|| -> Result<(), crate::RegisterError> {
         b.method("subtract", |p: Params<'_>| {

@@ -64,7 +64,10 @@ pub fn check_lines(data: &[u8]) {
     } else {
         8 + usize::from(sel >> 1)
     };
-    let engine = crate::demo::engine(Config::default().max_request_bytes(max));
+    let engine = Engine::new(
+        crate::demo::core_builder().freeze(),
+        Config::default().max_request_bytes(max),
+    );
     let (frames, leftover) = reference_lines(stream, max);
     // `sleep` runs inline in `handle_lines`; skip streams that would wait.
     if frames.iter().any(|f| match f {
@@ -215,7 +218,7 @@ thread_local! {
         ]
         .into_iter()
         .map(|c| {
-            let engine = crate::demo::engine(c);
+            let engine = Engine::new(crate::demo::core_builder().freeze(), c);
             let scratch = engine.scratch();
             Harness { engine, scratch }
         })
