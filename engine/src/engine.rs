@@ -14,6 +14,7 @@ use crate::codec::{Id, LineDecoder};
 use crate::config::Config;
 use crate::dispatch::context::{Context, Source};
 use crate::dispatch::dispatch;
+use crate::dispatch::hooks::{Answered, Hooks};
 use crate::dispatch::registry::{Handler, Registry};
 use crate::dispatch::responder::{Complete, Responder, Tag};
 use crate::error::{ErrorCode, FrameError};
@@ -95,16 +96,42 @@ impl Scratch {
 
 /// A JSON-RPC 2.0 engine: a frozen [`Registry`] and its [`Config`]. Bytes in, bytes
 /// out, no I/O; share it between threads by reference or `Arc`.
-#[derive(Debug)]
 pub struct Engine {
     registry: Registry,
     config: Config,
+    hooks: Option<Arc<dyn Hooks>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("registry", &self.registry)
+            .field("config", &self.config)
+            .field("hooks", &self.hooks.is_some())
+            .finish()
+    }
 }
 
 impl Engine {
     /// An engine serving `registry` under `config`.
     pub fn new(registry: Registry, config: Config) -> Self {
-        Self { registry, config }
+        Self {
+            registry,
+            config,
+            hooks: None,
+        }
+    }
+
+    /// The engine with `hooks` run around every call (see [`Hooks`]); replaces any set
+    /// before.
+    pub fn with_hooks(mut self, hooks: impl Hooks) -> Self {
+        self.hooks = Some(Arc::new(hooks));
+        self
+    }
+
+    /// The hooks in force.
+    pub(crate) fn hooks(&self) -> Option<&Arc<dyn Hooks>> {
+        self.hooks.as_ref()
     }
 
     /// The limits in force.
@@ -189,6 +216,8 @@ impl Engine {
             waiter: scratch.waiter.take(),
             config: &self.config,
             call: None,
+            hooks: true,
+            code: None,
         };
         let split = self.parse_and(frame, source, scratch, out, &mut wait);
         scratch.waiter = wait.waiter;
@@ -197,6 +226,27 @@ impl Engine {
             // `Wait` takes no call for later.
             Split::Single | Split::Batch(_) => Outcome::Nothing,
         }
+    }
+
+    /// Runs a call the server took for its worker pool: `frame` is one request, whose
+    /// hooks the server runs itself. Returns the answer's error code (`None`: a result).
+    pub(crate) fn run_job(
+        &self,
+        frame: &[u8],
+        source: &Source<'_>,
+        scratch: &mut Scratch,
+        out: &mut Vec<u8>,
+    ) -> Option<i32> {
+        let mut wait = Wait {
+            waiter: scratch.waiter.take(),
+            config: &self.config,
+            call: None,
+            hooks: false,
+            code: None,
+        };
+        let _ = self.parse_and(frame, source, scratch, out, &mut wait);
+        scratch.waiter = wait.waiter;
+        wait.code
     }
 
     /// Parses `frame` on the scratch's padded copy and answers it.
@@ -400,44 +450,8 @@ impl Engine {
         defer: &mut impl Deferrals,
     ) -> Answer {
         let max = self.config.max_response_bytes;
-        match validate(nodes, raw) {
-            Ok(req) => {
-                // One lookup serves both the kind check and the call.
-                let entry = self.registry.get(req.method);
-                if let Some(e) = entry {
-                    if e.blocking {
-                        if let Some(range) = raw.container_range(nodes) {
-                            if defer.blocking(range, req.id) {
-                                return Answer::Later;
-                            }
-                        }
-                    } else if let Handler::Deferred(f) = &e.handler {
-                        let responder = match req.id {
-                            Some(id) => defer.responder(id),
-                            None => Responder::detached(),
-                        };
-                        let ctx = Context {
-                            source: *source,
-                            method: req.method,
-                            id: req.id,
-                            deadline: defer.deadline(),
-                        };
-                        // A panic drops the responder while unwinding, which answers
-                        // -32603: caught here so the thread lives on.
-                        let _ = catch_unwind(AssertUnwindSafe(|| f(&ctx, req.params, responder)));
-                        return match req.id {
-                            None => Answer::Nothing,
-                            Some(_) if defer.answered(out) => Answer::Wrote,
-                            Some(_) => Answer::Later,
-                        };
-                    }
-                }
-                if dispatch(entry, req, source, out, limit, max) {
-                    Answer::Wrote
-                } else {
-                    Answer::Nothing
-                }
-            }
+        let req = match validate(nodes, raw) {
+            Ok(req) => req,
             Err(invalid) => {
                 write_error(
                     out,
@@ -445,9 +459,103 @@ impl Engine {
                     ErrorCode::InvalidRequest,
                     format_args!("{}", invalid.reason),
                 );
-                Answer::Wrote
+                return Answer::Wrote;
+            }
+        };
+        // One lookup serves both the kind check and the call.
+        let entry = self.registry.get(req.method);
+        let hooks = self.hooks.as_deref().filter(|_| defer.hooks());
+        let kind = entry.map(|e| (e.blocking, &e.handler));
+        let later = matches!(kind, Some((true, _) | (_, Handler::Deferred(_))));
+        // A context is built only for hooks and for handlers that read it.
+        let ctx = (hooks.is_some() || later || matches!(kind, Some((_, Handler::CallCtx(_)))))
+            .then(|| {
+                let deadline = if later { defer.deadline() } else { None };
+                Context::new(*source, req.method, req.id, deadline)
+            });
+        let started = hooks.map(|_| Instant::now());
+        if let (Some(h), Some(ctx)) = (hooks, &ctx) {
+            if let Err(e) = h.before(ctx, &req.params) {
+                let code = Some(e.code());
+                if let Some(id) = req.id {
+                    crate::serializer::response::write_rpc_error(out, id, &e);
+                }
+                self.after(h, req.method, code, req.id.is_none(), started);
+                return if req.id.is_some() {
+                    Answer::Wrote
+                } else {
+                    Answer::Nothing
+                };
             }
         }
+        match kind {
+            Some((true, _)) => {
+                if let Some(range) = raw.container_range(nodes) {
+                    if defer.blocking(range, req.id, req.method) {
+                        return Answer::Later;
+                    }
+                }
+            }
+            Some((false, Handler::Deferred(f))) => {
+                let responder = match (req.id, hooks) {
+                    (Some(id), _) => defer.responder(id, req.method),
+                    (None, None) => Responder::detached(),
+                    // A notification's answer goes nowhere, but its outcome goes to
+                    // the after hook, whenever the responder answers.
+                    (None, Some(_)) => match (&self.hooks, started) {
+                        (Some(h), Some(at)) => Responder::hooked(Arc::clone(h), req.method, at),
+                        _ => Responder::detached(),
+                    },
+                };
+                let ctx = ctx.unwrap_or_else(|| Context::new(*source, req.method, req.id, None));
+                // A panic drops the responder while unwinding, which answers -32603:
+                // caught here so the thread lives on.
+                let ran = catch_unwind(AssertUnwindSafe(|| f(&ctx, req.params, responder)));
+                // (A panic dropped the responder, which answered -32603.)
+                let _ = ran;
+                return match req.id {
+                    None => Answer::Nothing,
+                    Some(_) => match defer.answered(out) {
+                        Some(code) => {
+                            if let Some(h) = hooks {
+                                self.after(h, req.method, code, false, started);
+                            }
+                            Answer::Wrote
+                        }
+                        None => Answer::Later,
+                    },
+                };
+            }
+            _ => {}
+        }
+        let d = dispatch(entry, req, ctx.as_ref(), source, out, limit, max);
+        defer.outcome(d.code);
+        if let Some(h) = hooks {
+            self.after(h, req.method, d.code, req.id.is_none(), started);
+        }
+        if d.wrote {
+            Answer::Wrote
+        } else {
+            Answer::Nothing
+        }
+    }
+
+    /// Runs the after hook for a call answered here.
+    #[cold]
+    fn after(
+        &self,
+        hooks: &dyn Hooks,
+        method: &str,
+        code: Option<i32>,
+        notification: bool,
+        started: Option<Instant>,
+    ) {
+        hooks.after(&Answered {
+            method,
+            code,
+            elapsed: started.map(|t| t.elapsed()).unwrap_or_default(),
+            notification,
+        });
     }
 
     /// Like [`Engine::handle_from`], but the calls `defer` takes are left for later:
@@ -480,16 +588,26 @@ pub(crate) enum Split {
 /// Where the engine reports the calls it does not answer at once (a small sink, so the
 /// engine neither knows nor allocates the server's bookkeeping).
 pub(crate) trait Deferrals {
-    /// A call to a blocking method, at `range` in the frame: return true to take it
-    /// (the engine writes nothing for it), false to have it run here.
-    fn blocking(&mut self, range: Range<usize>, id: Option<Id<'_>>) -> bool;
-    /// A responder for a call (not a notification) to a deferred method.
-    fn responder(&mut self, id: Id<'_>) -> Responder;
+    /// A call to `method`, a blocking method, at `range` in the frame: return true to
+    /// take it (the engine writes nothing for it), false to have it run here.
+    fn blocking(&mut self, range: Range<usize>, id: Option<Id<'_>>, method: &str) -> bool;
+    /// A responder for a call (not a notification) to `method`, a deferred method.
+    fn responder(&mut self, id: Id<'_>, method: &str) -> Responder;
     /// The deadline of calls answered later in this frame.
     fn deadline(&mut self) -> Option<Instant>;
-    /// After a deferred method's handler returned: whether its answer has been written
-    /// into `out` now (the no-I/O path waits for it), rather than coming later.
-    fn answered(&mut self, out: &mut Vec<u8>) -> bool;
+    /// After a deferred method's handler returned: `Some(error code)` if its answer
+    /// has been written into `out` now (the no-I/O path waits for it), `None` if it
+    /// comes later.
+    fn answered(&mut self, out: &mut Vec<u8>) -> Option<Option<i32>>;
+    /// Whether the engine runs the hooks (the server runs them itself for the calls it
+    /// hands to its pool).
+    fn hooks(&self) -> bool {
+        true
+    }
+    /// The error code (`None`: a result) of a call the engine answered itself.
+    fn outcome(&mut self, code: Option<i32>) {
+        let _ = code;
+    }
 }
 
 /// [`Engine::handle`]'s deferrals: blocking methods run inline, deferred methods'
@@ -500,14 +618,26 @@ struct Wait<'e> {
     config: &'e Config,
     /// The call being waited for: its sequence number, id and deadline.
     call: Option<(u64, OwnedId, Option<Instant>)>,
+    /// Run the hooks (not for the server's pool jobs).
+    hooks: bool,
+    /// The error code of the last call answered here.
+    code: Option<i32>,
 }
 
 impl Deferrals for Wait<'_> {
-    fn blocking(&mut self, _range: Range<usize>, _id: Option<Id<'_>>) -> bool {
+    fn blocking(&mut self, _range: Range<usize>, _id: Option<Id<'_>>, _method: &str) -> bool {
         false
     }
 
-    fn responder(&mut self, id: Id<'_>) -> Responder {
+    fn hooks(&self) -> bool {
+        self.hooks
+    }
+
+    fn outcome(&mut self, code: Option<i32>) {
+        self.code = code;
+    }
+
+    fn responder(&mut self, id: Id<'_>, _method: &str) -> Responder {
         let waiter = Arc::clone(self.waiter.get_or_insert_with(Default::default));
         let seq = waiter.expect_next();
         let deadline = self.deadline();
@@ -530,20 +660,23 @@ impl Deferrals for Wait<'_> {
         self.config.request_timeout.map(|t| Instant::now() + t)
     }
 
-    fn answered(&mut self, out: &mut Vec<u8>) -> bool {
+    fn answered(&mut self, out: &mut Vec<u8>) -> Option<Option<i32>> {
         let (Some((seq, id, deadline)), Some(waiter)) = (self.call.take(), &self.waiter) else {
-            return false;
+            return None;
         };
-        if !waiter.wait(seq, deadline, out) {
-            let ms = self.config.request_timeout.unwrap_or_default().as_millis();
-            write_error(
-                out,
-                id.as_id(),
-                ErrorCode::RequestTimeout,
-                format_args!("Request timed out: no result within request_timeout ({ms} ms)"),
-            );
+        match waiter.wait(seq, deadline, out) {
+            Some(code) => Some(code),
+            None => {
+                let ms = self.config.request_timeout.unwrap_or_default().as_millis();
+                write_error(
+                    out,
+                    id.as_id(),
+                    ErrorCode::RequestTimeout,
+                    format_args!("Request timed out: no result within request_timeout ({ms} ms)"),
+                );
+                Some(Some(ErrorCode::RequestTimeout.code()))
+            }
         }
-        true
     }
 }
 
@@ -560,7 +693,8 @@ struct Waiter {
 struct WaitState {
     /// The sequence number of the call waited for.
     expected: u64,
-    answer: Option<Vec<u8>>,
+    /// Its answer and the answer's error code.
+    answer: Option<(Vec<u8>, Option<i32>)>,
     /// A buffer given back, for the next answer.
     spare: Vec<u8>,
 }
@@ -577,22 +711,22 @@ impl Waiter {
     fn expect_next(&self) -> u64 {
         let mut s = self.lock();
         s.expected += 1;
-        if let Some(old) = s.answer.take() {
+        if let Some((old, _)) = s.answer.take() {
             s.spare = old;
         }
         s.expected
     }
 
-    /// Waits for call `seq`'s answer until `deadline`; appends it to `out`. False if
-    /// the deadline passed first.
-    fn wait(&self, seq: u64, deadline: Option<Instant>, out: &mut Vec<u8>) -> bool {
+    /// Waits for call `seq`'s answer until `deadline`; appends it to `out` and returns
+    /// its error code. `None` if the deadline passed first.
+    fn wait(&self, seq: u64, deadline: Option<Instant>, out: &mut Vec<u8>) -> Option<Option<i32>> {
         let mut s = self.lock();
         loop {
             if s.expected == seq {
-                if let Some(answer) = s.answer.take() {
+                if let Some((answer, code)) = s.answer.take() {
                     out.extend_from_slice(&answer);
                     s.spare = answer;
-                    return true;
+                    return Some(code);
                 }
             }
             s = match deadline {
@@ -605,7 +739,7 @@ impl Waiter {
                     if left.is_zero() {
                         // Late answers to this call are dropped from now on.
                         s.expected += 1;
-                        return false;
+                        return None;
                     }
                     self.ready
                         .wait_timeout(s, left)
@@ -624,10 +758,10 @@ impl Complete for Waiter {
         b
     }
 
-    fn complete(&self, tag: Tag, answer: Vec<u8>) {
+    fn complete(&self, tag: Tag, answer: Vec<u8>, code: Option<i32>) {
         let mut s = self.lock();
         if tag.slot == s.expected && s.answer.is_none() {
-            s.answer = Some(answer);
+            s.answer = Some((answer, code));
             self.ready.notify_all();
         }
     }

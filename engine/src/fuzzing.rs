@@ -847,12 +847,12 @@ fn check_frame(h: &mut Harness, frame: &[u8], lenient: bool) {
 struct Collect(Vec<(Range<usize>, Option<OwnedId>)>);
 
 impl Deferrals for Collect {
-    fn blocking(&mut self, range: Range<usize>, id: Option<Id<'_>>) -> bool {
+    fn blocking(&mut self, range: Range<usize>, id: Option<Id<'_>>, _method: &str) -> bool {
         self.0.push((range, id.map(OwnedId::from)));
         true
     }
 
-    fn responder(&mut self, _id: Id<'_>) -> Responder {
+    fn responder(&mut self, _id: Id<'_>, _method: &str) -> Responder {
         // The fuzzed engines register no deferred method.
         Responder::detached()
     }
@@ -861,8 +861,8 @@ impl Deferrals for Collect {
         None
     }
 
-    fn answered(&mut self, _out: &mut Vec<u8>) -> bool {
-        false
+    fn answered(&mut self, _out: &mut Vec<u8>) -> Option<Option<i32>> {
+        None
     }
 }
 

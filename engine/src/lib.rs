@@ -72,6 +72,7 @@ mod transport;
 pub use codec::{Id, LineDecoder, Params};
 pub use config::{defaults, Config};
 pub use dispatch::context::{Connection, Context, Headers, Peer, Source, Transport};
+pub use dispatch::hooks::{Answered, Hooks};
 pub use dispatch::registry::{Registry, RegistryBuilder};
 pub use dispatch::responder::Responder;
 pub use engine::{Engine, Outcome, Scratch};

@@ -512,3 +512,155 @@ fn the_no_io_api_waits_for_deferred_answers() {
         br#"{"jsonrpc":"2.0","id":5,"result":{"transport":"embedded","peer":"unknown"}}"#
     );
 }
+
+/// Records every hook call (cheap to clone: one record shared).
+#[derive(Clone, Default)]
+struct Recorder(Arc<Records>);
+
+#[derive(Default)]
+struct Records {
+    before: Mutex<Vec<String>>,
+    after: Mutex<Vec<(String, Option<i32>, bool)>>,
+}
+
+impl std::ops::Deref for Recorder {
+    type Target = Records;
+    fn deref(&self) -> &Records {
+        &self.0
+    }
+}
+
+impl ringrpc::Hooks for Recorder {
+    fn before(&self, ctx: &ringrpc::Context<'_>, _params: &Params<'_>) -> Result<(), RpcError> {
+        self.before.lock().unwrap().push(ctx.method().to_owned());
+        if ctx.method() == "whoami" {
+            ctx.set_identity("alice");
+        }
+        if ctx.method().starts_with("forbidden") {
+            return Err(RpcError::invalid_params("refused by a hook"));
+        }
+        Ok(())
+    }
+
+    fn after(&self, answered: &ringrpc::Answered<'_>) {
+        self.after.lock().unwrap().push((
+            answered.method().to_owned(),
+            answered.error_code(),
+            answered.is_notification(),
+        ));
+    }
+}
+
+/// `n` batch elements cycling through inline, pool and deferred methods, results and
+/// errors, calls and notifications, with the after-hook record each must leave.
+fn mixed_batch(n: usize) -> (String, Vec<(String, Option<i32>, bool)>) {
+    let kinds: [(&str, &str, Option<i32>); 8] = [
+        ("ping", "", None),
+        ("sleep", r#","params":{"ms":1}"#, None),
+        ("delay", r#","params":[1]"#, None),
+        ("delay", r#","params":[70000]"#, Some(-32602)),
+        ("subtract", r#","params":["x"]"#, Some(-32602)),
+        ("nope", "", Some(-32601)),
+        ("forbidden_thing", "", Some(-32602)),
+        ("sleep", r#","params":{"ms":-1}"#, Some(-32602)),
+    ];
+    let mut elems = Vec::new();
+    let mut want = Vec::new();
+    for i in 0..n {
+        let (method, params, code) = kinds[i % kinds.len()];
+        let notification = i % 5 == 4;
+        let id = if notification {
+            String::new()
+        } else {
+            format!(r#","id":{i}"#)
+        };
+        elems.push(format!(
+            r#"{{"jsonrpc":"2.0","method":"{method}"{params}{id}}}"#
+        ));
+        want.push((method.to_owned(), code, notification));
+    }
+    (format!("[{}]", elems.join(",")), want)
+}
+
+fn sorted<T: Ord + Clone>(v: &[T]) -> Vec<T> {
+    let mut v = v.to_vec();
+    v.sort();
+    v
+}
+
+#[test]
+fn hooks_run_once_per_call_and_batch_element_on_every_path() {
+    let recorder = Recorder::default();
+    let engine = Engine::new(demo::builder().freeze(), Config::default().workers(2))
+        .with_hooks(recorder.clone());
+    let (batch, want) = mixed_batch(100);
+
+    // Over the server (inline, pool and deferred elements).
+    let mut server = Server::new(engine).unwrap();
+    let tcp = server.listen_tcp("127.0.0.1:0").unwrap();
+    let handle = server.handle();
+    let thread = std::thread::spawn(move || server.run());
+    let mut c = Lines::connect(tcp);
+    c.send(&batch);
+    let answer = c.recv();
+    assert_eq!(answer.as_array().unwrap().len(), 80, "{answer}");
+    // whoami sees the identity the before hook set.
+    c.send(r#"{"jsonrpc":"2.0","method":"forbidden","id":"f"}"#);
+    let v = c.recv();
+    assert_eq!(code(&v), -32602);
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("refused by a hook"),
+        "{v}"
+    );
+    handle.shutdown();
+    thread.join().unwrap().unwrap();
+
+    let before = recorder.before.lock().unwrap().clone();
+    let after = recorder.after.lock().unwrap().clone();
+    assert_eq!(before.len(), 101, "{before:?}");
+    assert_eq!(after.len(), 101, "{after:?}");
+    let mut want_all = want.clone();
+    want_all.push(("forbidden".to_owned(), Some(-32602), false));
+    assert_eq!(sorted(&after), sorted(&want_all));
+    let methods: Vec<String> = want_all.iter().map(|w| w.0.clone()).collect();
+    assert_eq!(sorted(&before), sorted(&methods));
+
+    // The no-I/O API: the same batch, the same records.
+    recorder.before.lock().unwrap().clear();
+    recorder.after.lock().unwrap().clear();
+    let engine =
+        Engine::new(demo::builder().freeze(), Config::default()).with_hooks(recorder.clone());
+    let mut out = Vec::new();
+    let _ = engine.handle(batch.as_bytes(), &mut engine.scratch(), &mut out);
+    assert_eq!(check_reply(&out).unwrap().as_array().unwrap().len(), 80);
+    assert_eq!(recorder.before.lock().unwrap().len(), 100);
+    assert_eq!(sorted(&recorder.after.lock().unwrap()), sorted(&want));
+}
+
+#[test]
+fn a_before_hook_sets_the_identity_handlers_see() {
+    let recorder = Recorder::default();
+    let mut b = Registry::builder();
+    b.method_with_ctx("whoami", |ctx: &ringrpc::Context<'_>, _p: Params<'_>| {
+        Ok(ctx.identity().map(str::to_owned))
+    })
+    .unwrap()
+    .deferred_method("whoami_later", |ctx, _p, responder| {
+        responder.respond(Ok(ctx.identity().map(str::to_owned)))
+    })
+    .unwrap();
+    let engine = Engine::new(b.freeze(), Config::default()).with_hooks(recorder);
+    let mut out = Vec::new();
+    let _ = engine.handle(
+        br#"[{"jsonrpc":"2.0","method":"whoami","id":1},{"jsonrpc":"2.0","method":"whoami_later","id":2}]"#,
+        &mut engine.scratch(),
+        &mut out,
+    );
+    assert_eq!(
+        check_reply(&out).unwrap(),
+        json!([{"jsonrpc":"2.0","id":1,"result":"alice"},{"jsonrpc":"2.0","id":2,"result":null}])
+    );
+}

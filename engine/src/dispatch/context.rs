@@ -5,7 +5,9 @@
 //! already holds (the [`Connection`], set up once per connection, and the HTTP request's
 //! head, still in the read buffer) and the request being dispatched.
 
+use std::cell::OnceCell;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::codec::Id;
@@ -222,15 +224,43 @@ impl Default for Source<'static> {
 /// assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":"who via embedded"}"#);
 /// # Ok::<(), ringrpc::RegisterError>(())
 /// ```
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub struct Context<'a> {
-    pub(crate) source: Source<'a>,
-    pub(crate) method: &'a str,
-    pub(crate) id: Option<Id<'a>>,
-    pub(crate) deadline: Option<Instant>,
+    source: Source<'a>,
+    method: &'a str,
+    id: Option<Id<'a>>,
+    deadline: Option<Instant>,
+    identity: OnceCell<Arc<str>>,
 }
 
 impl<'a> Context<'a> {
+    pub(crate) fn new(
+        source: Source<'a>,
+        method: &'a str,
+        id: Option<Id<'a>>,
+        deadline: Option<Instant>,
+    ) -> Self {
+        Self {
+            source,
+            method,
+            id,
+            deadline,
+            identity: OnceCell::new(),
+        }
+    }
+
+    /// Who the caller is, as a [`Hooks::before`](crate::Hooks::before) hook established
+    /// it (say, from an `Authorization` header); `None` if no hook set it.
+    pub fn identity(&self) -> Option<&str> {
+        self.identity.get().map(|s| &**s)
+    }
+
+    /// Sets the caller's identity for the rest of the call (its handler sees it). Set
+    /// once: returns false, changing nothing, if it was set already.
+    pub fn set_identity(&self, identity: impl Into<Arc<str>>) -> bool {
+        self.identity.set(identity.into()).is_ok()
+    }
+
     /// The connection the call came on.
     pub fn connection(&self) -> &'a Connection {
         self.source.conn

@@ -1,6 +1,7 @@
 //! Dispatch: runs one validated request's handler and writes its response.
 
 pub(crate) mod context;
+pub(crate) mod hooks;
 pub(crate) mod registry;
 pub(crate) mod responder;
 
@@ -14,21 +15,33 @@ use crate::serializer::ResultWriter;
 use context::{Context, Source};
 use registry::{Entry, Handler};
 
+/// What [`dispatch`] did: whether it wrote an answer, and the answer's error code
+/// (`None`: a result, or a notification that ran without failing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Dispatched {
+    pub(crate) wrote: bool,
+    pub(crate) code: Option<i32>,
+}
+
 /// Runs `req` with `entry` (its method's registration, `None` if there is none) and
-/// appends its response to `out`, unless it is a notification. `limit` is the absolute length `out` may reach with a result in it; `max` is the
-/// configured `max_response_bytes`, named in the error when a result passes `limit`.
+/// appends its response to `out`, unless it is a notification. `limit` is the absolute
+/// length `out` may reach with a result in it; `max` is the configured
+/// `max_response_bytes`, named in the error when a result passes `limit`. `ctx` is the
+/// call's context if one was built already (for hooks); context-aware handlers get it,
+/// or one built from `source`.
 ///
-/// Returns whether a response was written. A panicking handler becomes `-32603` for
-/// this call only.
+/// A panicking handler becomes `-32603` for this call only.
 pub(crate) fn dispatch(
     entry: Option<&Entry>,
     req: Request<'_>,
+    ctx: Option<&Context<'_>>,
     source: &Source<'_>,
     out: &mut Vec<u8>,
     limit: usize,
     max: usize,
-) -> bool {
+) -> Dispatched {
     let Some(entry) = entry else {
+        let code = Some(ErrorCode::MethodNotFound.code());
         if let Some(id) = req.id {
             write_error(
                 out,
@@ -36,9 +49,9 @@ pub(crate) fn dispatch(
                 ErrorCode::MethodNotFound,
                 format_args!("Method not found: {}", req.method),
             );
-            return true;
+            return Dispatched { wrote: true, code };
         }
-        return false;
+        return Dispatched { wrote: false, code };
     };
     let start = out.len();
     let id = req.id.unwrap_or(Id::Null);
@@ -54,14 +67,16 @@ pub(crate) fn dispatch(
             }
         }
         Handler::CallCtx(f) => {
-            let ctx = Context {
-                source: *source,
-                method: req.method,
-                id: req.id,
-                deadline: None,
+            let built;
+            let ctx = match ctx {
+                Some(ctx) => ctx,
+                None => {
+                    built = Context::new(*source, req.method, req.id, None);
+                    &built
+                }
             };
             let mut w = ResultWriter::new(out, limit);
-            let r = f(&ctx, req.params, &mut w);
+            let r = f(ctx, req.params, &mut w);
             match r {
                 Ok(()) if !w.is_written() => w.write_raw_json(b"null"),
                 other => other,
@@ -74,10 +89,18 @@ pub(crate) fn dispatch(
             "Internal error: a deferred method was dispatched inline",
         )),
     }));
+    let code = match &ran {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) if e.error_code() == ErrorCode::ResponseTooLarge => {
+            Some(ErrorCode::ResponseTooLarge.code())
+        }
+        Ok(Err(e)) => Some(e.code()),
+        Err(_panic) => Some(ErrorCode::InternalError.code()),
+    };
     if req.id.is_none() {
         // A notification: whatever happened, nothing is sent.
         out.truncate(start);
-        return false;
+        return Dispatched { wrote: false, code };
     }
     match ran {
         Ok(Ok(())) => out.push(b'}'),
@@ -100,7 +123,7 @@ pub(crate) fn dispatch(
             );
         }
     }
-    true
+    Dispatched { wrote: true, code }
 }
 
 /// The `-32002` error for a reply that would pass `max_response_bytes` (`max`).

@@ -11,7 +11,9 @@
 //! [`Engine::handle`]: crate::Engine::handle
 
 use std::sync::Arc;
+use std::time::Instant;
 
+use crate::dispatch::hooks::{Answered, Hooks};
 use crate::dispatch::too_large;
 use crate::engine::OwnedId;
 use crate::error::{ErrorCode, RpcError};
@@ -33,8 +35,9 @@ pub(crate) struct Tag {
 pub(crate) trait Complete: Send + Sync {
     /// An empty buffer to write an answer into (one given back earlier, if any).
     fn buffer(&self) -> Vec<u8>;
-    /// The answer for `tag`: a whole response object.
-    fn complete(&self, tag: Tag, answer: Vec<u8>);
+    /// The answer for `tag`: a whole response object, and its error code (`None`: a
+    /// result).
+    fn complete(&self, tag: Tag, answer: Vec<u8>, code: Option<i32>);
 }
 
 /// The answer to one call of a deferred method, to be given once, from any thread.
@@ -68,6 +71,25 @@ pub(crate) trait Complete: Send + Sync {
 #[must_use = "a responder dropped unanswered answers -32603"]
 pub struct Responder {
     bound: Option<Bound>,
+    /// A notification's responder with hooks set: the after hook learns its outcome.
+    hooked: Option<Hooked>,
+}
+
+struct Hooked {
+    hooks: Arc<dyn Hooks>,
+    method: Box<str>,
+    started: Instant,
+}
+
+impl Hooked {
+    fn after(self, code: Option<i32>) {
+        self.hooks.after(&Answered {
+            method: &self.method,
+            code,
+            elapsed: self.started.elapsed(),
+            notification: true,
+        });
+    }
 }
 
 struct Bound {
@@ -96,12 +118,28 @@ impl Responder {
                 id,
                 max,
             }),
+            hooked: None,
         }
     }
 
     /// A responder whose answers go nowhere (a notification's).
     pub(crate) fn detached() -> Self {
-        Self { bound: None }
+        Self {
+            bound: None,
+            hooked: None,
+        }
+    }
+
+    /// A notification's responder whose outcome goes to `hooks`' after hook.
+    pub(crate) fn hooked(hooks: Arc<dyn Hooks>, method: &str, started: Instant) -> Self {
+        Self {
+            bound: None,
+            hooked: Some(Hooked {
+                hooks,
+                method: method.into(),
+                started,
+            }),
+        }
     }
 
     /// Whether the call is a notification (its answer will be dropped).
@@ -125,14 +163,20 @@ impl Responder {
 
     /// Answers with an error object (any code: see [`RpcError::relay`]).
     pub fn error(mut self, e: RpcError) {
+        if let Some(h) = self.hooked.take() {
+            h.after(Some(e.code()));
+        }
         if let Some(b) = self.bound.take() {
             let mut out = b.target.buffer();
             write_rpc_error(&mut out, b.id.as_id(), &e);
-            b.target.complete(b.tag, out);
+            b.target.complete(b.tag, out, Some(e.code()));
         }
     }
 
     fn answer(mut self, write: impl FnOnce(&mut ResultWriter<'_>) -> Result<(), RpcError>) {
+        if let Some(h) = self.hooked.take() {
+            h.after(None);
+        }
         let Some(b) = self.bound.take() else {
             return;
         };
@@ -142,12 +186,13 @@ impl Responder {
         let start = out.len();
         let limit = start.saturating_add(b.max);
         let written = write(&mut ResultWriter::new(&mut out, limit));
-        match written {
+        let code = match written {
             Ok(()) => {
                 if out.len() == start {
                     out.extend_from_slice(b"null");
                 }
                 out.push(b'}');
+                None
             }
             Err(e) => {
                 let e = if e.error_code() == ErrorCode::ResponseTooLarge {
@@ -157,14 +202,18 @@ impl Responder {
                 };
                 out.clear();
                 write_rpc_error(&mut out, b.id.as_id(), &e);
+                Some(e.code())
             }
-        }
-        b.target.complete(b.tag, out);
+        };
+        b.target.complete(b.tag, out, code);
     }
 }
 
 impl Drop for Responder {
     fn drop(&mut self) {
+        if let Some(h) = self.hooked.take() {
+            h.after(Some(ErrorCode::InternalError.code()));
+        }
         if let Some(b) = self.bound.take() {
             let mut out = b.target.buffer();
             write_error(
@@ -176,7 +225,8 @@ impl Drop for Responder {
                      or it panicked)"
                 ),
             );
-            b.target.complete(b.tag, out);
+            b.target
+                .complete(b.tag, out, Some(ErrorCode::InternalError.code()));
         }
     }
 }

@@ -31,8 +31,10 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::pool::{Job, Pool};
 use crate::codec::Id;
+use crate::dispatch::context::Connection;
+use crate::dispatch::hooks::{Answered, Hooks};
 use crate::dispatch::responder::{Complete, Responder, Tag};
-use crate::engine::{Deferrals, OwnedId, Split};
+use crate::engine::{Deferrals, Engine, OwnedId, Split};
 use crate::error::ErrorCode;
 use crate::serializer::batch::BatchWriter;
 use crate::serializer::response::write_error;
@@ -41,10 +43,12 @@ use crate::transport::http::{self, Reply, ServerHeaders};
 /// Buffers kept for answers given later (pool and responders), per reactor.
 const SPARE_ANSWERS: usize = 1024;
 
-/// A finished call: its answer (a response object; empty for a notification).
+/// A finished call: its answer (a response object; empty for a notification) and the
+/// answer's error code (`None`: a result).
 pub(crate) struct Done {
     pub(crate) tag: Tag,
     pub(crate) reply: Vec<u8>,
+    pub(crate) code: Option<i32>,
 }
 
 /// Where answers given later go back to: a reactor's completion queue and its waker.
@@ -85,9 +89,10 @@ impl Complete for ReplyTo {
         self.spare.1.try_recv().unwrap_or_default()
     }
 
-    fn complete(&self, tag: Tag, reply: Vec<u8>) {
+    fn complete(&self, tag: Tag, reply: Vec<u8>, code: Option<i32>) {
         // A reactor that is gone no longer wants the answer.
-        if self.done.send(Done { tag, reply }).is_ok() && !self.woken.swap(true, Ordering::AcqRel) {
+        let done = Done { tag, reply, code };
+        if self.done.send(done).is_ok() && !self.woken.swap(true, Ordering::AcqRel) {
             let _ = self.waker.wake();
         }
     }
@@ -108,6 +113,8 @@ pub(crate) struct Elem {
     /// `None` for a notification.
     pub(crate) id: Option<OwnedId>,
     pub(crate) state: ElemState,
+    /// The method, kept for the after hook (only when hooks are set).
+    method: Option<Box<str>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,6 +144,10 @@ pub(crate) struct Slot {
     remaining: usize,
     /// Elements on the pool now.
     on_pool: usize,
+    /// When the frame was handled (for the after hook's durations).
+    started: Instant,
+    /// The connection, for pool jobs' contexts.
+    conn: Connection,
 }
 
 impl Slot {
@@ -152,6 +163,8 @@ impl Slot {
             elems: Vec::new(),
             remaining: 0,
             on_pool: 0,
+            started: Instant::now(),
+            conn: Connection::EMBEDDED,
         }
     }
 
@@ -173,24 +186,36 @@ pub(crate) struct Sink<'p> {
     timeout: Option<Duration>,
     deadline: Option<Instant>,
     max: usize,
+    /// Hooks are set: keep each call's method for the after hook.
+    hooks: bool,
+}
+
+impl Sink<'_> {
+    fn method(&self, method: &str) -> Option<Box<str>> {
+        self.hooks.then(|| method.into())
+    }
 }
 
 impl Deferrals for Sink<'_> {
-    fn blocking(&mut self, range: Range<usize>, id: Option<Id<'_>>) -> bool {
+    fn blocking(&mut self, range: Range<usize>, id: Option<Id<'_>>, method: &str) -> bool {
+        let method = self.method(method);
         self.elems.push(Elem {
             work: Work::Pool(range),
             id: id.map(OwnedId::from),
             state: ElemState::Queued,
+            method,
         });
         true
     }
 
-    fn responder(&mut self, id: Id<'_>) -> Responder {
+    fn responder(&mut self, id: Id<'_>, method: &str) -> Responder {
         let element = u32::try_from(self.elems.len()).unwrap_or(u32::MAX);
+        let method = self.method(method);
         self.elems.push(Elem {
             work: Work::Responder,
             id: Some(OwnedId::from(id)),
             state: ElemState::Running,
+            method,
         });
         let tag = Tag {
             element,
@@ -207,8 +232,8 @@ impl Deferrals for Sink<'_> {
         self.deadline
     }
 
-    fn answered(&mut self, _out: &mut Vec<u8>) -> bool {
-        false
+    fn answered(&mut self, _out: &mut Vec<u8>) -> Option<Option<i32>> {
+        None
     }
 }
 
@@ -225,6 +250,7 @@ pub(crate) struct Pending {
     timeout: Option<Duration>,
     batch_concurrency: usize,
     max_response_bytes: usize,
+    hooks: Option<Arc<dyn Hooks>>,
 }
 
 /// What [`Pending::complete`] found for a completion.
@@ -238,7 +264,8 @@ pub(crate) enum Completed {
 
 impl Pending {
     /// The bookkeeping for a reactor woken by `waker`, submitting to `pool`.
-    pub(crate) fn new(pool: Arc<Pool>, waker: Arc<mio::Waker>, config: &crate::Config) -> Self {
+    pub(crate) fn new(pool: Arc<Pool>, waker: Arc<mio::Waker>, engine: &Engine) -> Self {
+        let config = engine.config();
         let (reply_to, done) = ReplyTo::new(waker);
         Self {
             pool,
@@ -249,6 +276,7 @@ impl Pending {
             timeout: config.request_timeout,
             batch_concurrency: config.batch_concurrency,
             max_response_bytes: config.max_response_bytes,
+            hooks: engine.hooks().cloned(),
         }
     }
 
@@ -268,6 +296,7 @@ impl Pending {
             timeout: self.timeout,
             deadline: None,
             max: self.max_response_bytes,
+            hooks: self.hooks.is_some(),
         }
     }
 
@@ -278,6 +307,7 @@ impl Pending {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn open(
         &mut self,
+        info: &Connection,
         conn: usize,
         generation: u64,
         id: u64,
@@ -310,6 +340,8 @@ impl Pending {
             elems,
             remaining,
             on_pool: 0,
+            started: Instant::now(),
+            conn: *info,
         };
         self.submit(&mut slot, conn, generation);
         if slot.remaining == 0 {
@@ -337,6 +369,7 @@ impl Pending {
                 continue;
             }
             let job = Job {
+                conn: slot.conn,
                 frame: slot.frame.slice(range.clone()),
                 tag: Tag {
                     conn,
@@ -352,9 +385,10 @@ impl Pending {
                     slot.elems[i].state = ElemState::Running;
                     slot.on_pool += 1;
                 }
-                Err(_job) => {
+                Err(_full) => {
                     slot.elems[i].state = ElemState::Done;
                     slot.remaining -= 1;
+                    self.after(slot, i, Some(ErrorCode::ServerBusy.code()));
                     if let Some(id) = &slot.elems[i].id {
                         let mut err = Vec::new();
                         write_error(
@@ -414,6 +448,7 @@ impl Pending {
         }
         s.remaining -= 1;
         let id = e.id.clone();
+        self.after(s, element as usize, done.code);
         s.push_answer(&done.reply, id.as_ref().map(OwnedId::as_id));
         self.reply_to.recycle(done.reply);
         self.submit(s, conn, generation);
@@ -451,6 +486,7 @@ impl Pending {
                 continue;
             }
             slot.elems[i].state = ElemState::Done;
+            self.after(slot, i, Some(ErrorCode::RequestTimeout.code()));
             let Some(id) = slot.elems[i].id.clone() else {
                 continue;
             };
@@ -466,6 +502,21 @@ impl Pending {
         slot.remaining = 0;
         slot.on_pool = 0;
         finish(slot, headers);
+    }
+}
+
+impl Pending {
+    /// Runs the after hook for element `i` of `slot`, answered with `code`.
+    fn after(&self, slot: &Slot, i: usize, code: Option<i32>) {
+        let (Some(hooks), Some(e)) = (&self.hooks, slot.elems.get(i)) else {
+            return;
+        };
+        hooks.after(&Answered {
+            method: e.method.as_deref().unwrap_or_default(),
+            code,
+            elapsed: slot.started.elapsed(),
+            notification: e.id.is_none(),
+        });
     }
 }
 

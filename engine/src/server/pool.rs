@@ -2,8 +2,8 @@
 //! bounded crossbeam channel.
 //!
 //! A job carries its own bytes (a `Bytes` slice of the frame, shared, not copied) and is
-//! answered with [`Engine::handle`] on the worker's own scratch. A full queue hands the
-//! job back ([`Pool::try_submit`]), so the caller answers `-32000 Server busy` instead of
+//! answered by the engine on the worker's own scratch. A full queue refuses the job
+//! ([`Pool::try_submit`]), so the caller answers `-32000 Server busy` instead of
 //! losing the call. A handler that panics is caught by dispatch (`-32603`), so workers
 //! never die of one.
 
@@ -13,14 +13,17 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use bytes::Bytes;
-use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use crossbeam_channel::{bounded, Receiver, Sender};
 
 use super::pending::ReplyTo;
+use crate::dispatch::context::{Connection, Source};
 use crate::dispatch::responder::{Complete, Tag};
-use crate::engine::{Engine, Outcome};
+use crate::engine::Engine;
 
 /// A call for a worker.
 pub(crate) struct Job {
+    /// The connection it came on, for context-aware handlers.
+    pub(crate) conn: Connection,
     /// The request's own bytes: one request object (never a batch).
     pub(crate) frame: Bytes,
     /// Which connection, slot and element this answers (opaque to the pool).
@@ -29,6 +32,10 @@ pub(crate) struct Job {
     /// Past this the caller has been answered `-32001` already: the job is skipped.
     pub(crate) deadline: Option<Instant>,
 }
+
+/// The pool's queue is full (or the pool is stopping).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct QueueFull;
 
 /// The worker threads and the queue feeding them.
 pub(crate) struct Pool {
@@ -62,13 +69,12 @@ impl Pool {
         })
     }
 
-    /// Queues `job`, or hands it back when the queue is full.
-    pub(crate) fn try_submit(&self, job: Job) -> Result<(), Job> {
+    /// Queues `job`; `Err(QueueFull)` (the job dropped) when the queue is full or the
+    /// pool is stopping.
+    pub(crate) fn try_submit(&self, job: Job) -> Result<(), QueueFull> {
         match &self.tx {
-            Some(tx) => tx.try_send(job).map_err(|e| match e {
-                TrySendError::Full(j) | TrySendError::Disconnected(j) => j,
-            }),
-            None => Err(job),
+            Some(tx) => tx.try_send(job).map_err(|_| QueueFull),
+            None => Err(QueueFull),
         }
     }
 
@@ -89,10 +95,9 @@ fn work(engine: &Engine, rx: &Receiver<Job>, stopping: &AtomicBool) {
             continue;
         }
         let mut reply = job.reply_to.buffer();
-        if engine.handle(&job.frame, &mut scratch, &mut reply) == Outcome::Nothing {
-            reply.clear();
-        }
-        job.reply_to.complete(job.tag, reply);
+        let source = Source::new(&job.conn);
+        let code = engine.run_job(&job.frame, &source, &mut scratch, &mut reply);
+        job.reply_to.complete(job.tag, reply, code);
     }
 }
 
@@ -142,6 +147,7 @@ mod tests {
 
     fn job(frame: &str, element: u32, reply_to: &Arc<ReplyTo>) -> Job {
         Job {
+            conn: Connection::EMBEDDED,
             frame: Bytes::copy_from_slice(frame.as_bytes()),
             tag: Tag {
                 conn: 1,

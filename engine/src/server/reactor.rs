@@ -206,7 +206,7 @@ fn serve(parts: Parts) -> io::Result<()> {
         scratch: engine.scratch(),
         http: ServerHeaders::new(engine.config().idle_timeout, cors.clone()),
         cors,
-        pending: Pending::new(pool, Arc::clone(&waker), engine.config()),
+        pending: Pending::new(pool, Arc::clone(&waker), &engine),
         engine,
         spare: Vec::new(),
         open,
@@ -744,6 +744,7 @@ fn answer(
     conn.next_slot += 1;
     let reply = http.map(|(reply, _)| reply);
     let slot = ctx.pending.open(
+        &conn.info,
         key,
         conn.generation,
         slot_id,
