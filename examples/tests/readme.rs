@@ -12,9 +12,12 @@
 //!
 //! Also here: every example answers `--help` with its usage and exit code 0.
 
-use std::io::{BufRead, BufReader, Lines, Read};
-use std::path::PathBuf;
-use std::process::{Child, ChildStdout, Command, Stdio};
+mod common;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+
+use common::{examples_dir, Server};
 use std::time::{Duration, Instant};
 
 /// The longest one README command may take.
@@ -58,25 +61,6 @@ fn transcripts(readme: &str) -> Vec<Transcript> {
     out
 }
 
-/// target/debug/examples (beside this test's own binary in target/debug/deps).
-fn examples_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps")
-        .join("examples");
-    for name in ["server", "client", "stdio"] {
-        assert!(
-            dir.join(name).is_file(),
-            "example binary {} is missing: `cargo test --workspace` builds it \
-             (or run `cargo build --examples` first)",
-            dir.join(name).display()
-        );
-    }
-    dir
-}
-
 /// `command` with `cargo run --release --example NAME [--]` turned into the built
 /// example's path and the README's ports into `ports`' (tcp, http).
 fn localize(command: &str, examples: &std::path::Path, ports: (u16, u16)) -> String {
@@ -115,30 +99,6 @@ fn run(command: &str) -> String {
         std::thread::sleep(Duration::from_millis(10));
     }
     reader.join().expect("the reader thread")
-}
-
-/// The demo server, killed when dropped.
-struct Server(Child);
-
-impl Server {
-    /// Starts the server example with `args`; it and its stdout's lines (`listening …`).
-    fn start(args: &[&str]) -> (Self, Lines<BufReader<ChildStdout>>) {
-        let mut child = Command::new(examples_dir().join("server"))
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the server example");
-        let stdout = child.stdout.take().expect("piped stdout");
-        (Self(child), BufReader::new(stdout).lines())
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]
