@@ -92,8 +92,14 @@ fn deferred_no_io(c: &mut Criterion) {
     let mut group = c.benchmark_group("deferred_no_io");
     group.throughput(Throughput::Elements(1));
     for (name, frame) in [
-        ("inline", &br#"{"jsonrpc":"2.0","method":"ping","id":1}"#[..]),
-        ("deferred", br#"{"jsonrpc":"2.0","method":"handoff","id":1}"#),
+        (
+            "inline",
+            &br#"{"jsonrpc":"2.0","method":"ping","id":1}"#[..],
+        ),
+        (
+            "deferred",
+            br#"{"jsonrpc":"2.0","method":"handoff","id":1}"#,
+        ),
     ] {
         let mut scratch = engine.scratch();
         let mut out = Vec::with_capacity(256);

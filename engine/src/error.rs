@@ -249,6 +249,7 @@ impl std::error::Error for RpcError {}
 /// The framer recovers by itself; the caller answers the error (see
 /// [`Engine::write_frame_error`](crate::Engine::write_frame_error)) and goes on decoding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum FrameError {
     /// A frame was longer than `limit` bytes; it is being discarded up to its end.
     #[error("request exceeds max_request_bytes ({limit} bytes)")]

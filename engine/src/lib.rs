@@ -46,6 +46,47 @@
 //! "#[..]);
 //! # Ok::<(), ringrpc::RegisterError>(())
 //! ```
+//!
+//! # Calls answered later, the call context, hooks
+//!
+//! A method that waits on I/O registers with [`RegistryBuilder::deferred_method`]: it
+//! gets a [`Responder`] that is `Send + 'static` and answers from any thread or async
+//! runtime, without holding a thread meanwhile. Handlers that want to know who calls
+//! ([`Transport`], [`Peer`], HTTP [`Headers`], the id, the deadline) ask for a
+//! [`Context`] ([`RegistryBuilder::method_with_ctx`]); [`Hooks`] run before and after
+//! every call and batch element, on every path; [`RegistryBuilder::fallback`] catches
+//! every method not registered, and [`RpcError::relay`] passes an upstream's error on
+//! as it came.
+//!
+//! ```
+//! use ringrpc::{Config, Context, Engine, Params, Registry, RpcError};
+//!
+//! let mut methods = Registry::builder();
+//! methods
+//!     .deferred_method("double_later", |_ctx, params, responder| {
+//!         let [n]: [i64; 1] = match params.parse() {
+//!             Ok(n) => n,
+//!             Err(e) => return responder.error(e),
+//!         };
+//!         std::thread::spawn(move || responder.respond(Ok::<_, RpcError>(2 * n)));
+//!     })?
+//!     .method_with_ctx("transport", |ctx: &Context<'_>, _p: Params<'_>| {
+//!         Ok::<_, RpcError>(ctx.connection().transport().as_str())
+//!     })?;
+//! methods.fallback(|ctx, _params, out| out.write_str(ctx.method()));
+//! let engine = Engine::new(methods.freeze(), Config::default());
+//!
+//! let mut out = Vec::new();
+//! let batch = br#"[{"jsonrpc":"2.0","method":"double_later","params":[21],"id":1},
+//!                  {"jsonrpc":"2.0","method":"transport","id":2},
+//!                  {"jsonrpc":"2.0","method":"anything","id":3}]"#;
+//! let _ = engine.handle(batch, &mut engine.scratch(), &mut out);
+//! assert_eq!(
+//!     out,
+//!     &br#"[{"jsonrpc":"2.0","id":1,"result":42},{"jsonrpc":"2.0","id":2,"result":"embedded"},{"jsonrpc":"2.0","id":3,"result":"anything"}]"#[..]
+//! );
+//! # Ok::<(), ringrpc::RegisterError>(())
+//! ```
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 #![deny(

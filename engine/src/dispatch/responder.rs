@@ -68,6 +68,15 @@ pub(crate) trait Complete: Send + Sync {
 /// assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":42}"#);
 /// # Ok::<(), ringrpc::RegisterError>(())
 /// ```
+///
+/// Answering consumes the responder, so a second answer does not compile:
+///
+/// ```compile_fail
+/// fn twice(r: ringrpc::Responder) {
+///     r.respond(Ok::<_, ringrpc::RpcError>(1));
+///     r.respond(Ok::<_, ringrpc::RpcError>(2)); // error: use of moved value
+/// }
+/// ```
 #[must_use = "a responder dropped unanswered answers -32603"]
 pub struct Responder {
     bound: Option<Bound>,
