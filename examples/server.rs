@@ -18,7 +18,7 @@ use clap::Parser;
 use ringrpc::{defaults, demo, server::Server, Config};
 
 /// Serve the ringrpc demo methods (subtract, sum, update, notify_hello, notify_sum,
-/// get_data, ping, echo, add, sleep).
+/// get_data, ping, echo, add, sleep, delay, whoami).
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
