@@ -23,11 +23,11 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use super::pool::{Job, Pool};
 use crate::codec::Id;
@@ -43,6 +43,11 @@ use crate::transport::http::{self, Reply, ServerHeaders};
 /// Buffers kept for answers given later (pool and responders), per reactor.
 const SPARE_ANSWERS: usize = 1024;
 
+/// Completions queued for a reactor before further ones go to the overflow list. The
+/// queue is a fixed array (crossbeam's bounded channel), so a completion allocates
+/// nothing; an unbounded channel would allocate a block every 31 messages.
+const COMPLETIONS: usize = 4096;
+
 /// A finished call: its answer (a response object; empty for a notification) and the
 /// answer's error code (`None`: a result).
 pub(crate) struct Done {
@@ -54,6 +59,11 @@ pub(crate) struct Done {
 /// Where answers given later go back to: a reactor's completion queue and its waker.
 pub(crate) struct ReplyTo {
     done: Sender<Done>,
+    /// Completions that found the queue full: they wait here, so a completing thread
+    /// never blocks (it may be an async runtime's worker).
+    overflow: Mutex<Vec<Done>>,
+    /// Whether `overflow` may hold something (read without taking its lock).
+    overflowed: AtomicBool,
     waker: Arc<mio::Waker>,
     /// Set by the first completion since the reactor last drained the queue: later ones
     /// do not wake it again (one wake-up per batch of completions).
@@ -65,9 +75,11 @@ pub(crate) struct ReplyTo {
 impl ReplyTo {
     /// A queue waking `waker`; the receiving end for the reactor.
     pub(crate) fn new(waker: Arc<mio::Waker>) -> (Arc<Self>, Receiver<Done>) {
-        let (done, rx) = crossbeam_channel::unbounded();
+        let (done, rx) = crossbeam_channel::bounded(COMPLETIONS);
         let reply_to = Self {
             done,
+            overflow: Mutex::new(Vec::new()),
+            overflowed: AtomicBool::new(false),
             waker,
             woken: AtomicBool::new(false),
             spare: crossbeam_channel::bounded(SPARE_ANSWERS),
@@ -92,7 +104,19 @@ impl Complete for ReplyTo {
     fn complete(&self, tag: Tag, reply: Vec<u8>, code: Option<i32>) {
         // A reactor that is gone no longer wants the answer.
         let done = Done { tag, reply, code };
-        if self.done.send(done).is_ok() && !self.woken.swap(true, Ordering::AcqRel) {
+        let queued = match self.done.try_send(done) {
+            Ok(()) => true,
+            Err(TrySendError::Full(done)) => {
+                self.overflow
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(done);
+                self.overflowed.store(true, Ordering::Release);
+                true
+            }
+            Err(TrySendError::Disconnected(_)) => false,
+        };
+        if queued && !self.woken.swap(true, Ordering::AcqRel) {
             let _ = self.waker.wake();
         }
     }
@@ -413,7 +437,22 @@ impl Pending {
 
     /// The next completion, if any.
     pub(crate) fn next_done(&self) -> Option<Done> {
-        self.done.try_recv().ok()
+        if let Ok(done) = self.done.try_recv() {
+            return Some(done);
+        }
+        let r = &self.reply_to;
+        if !r.overflowed.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut overflow = r
+            .overflow
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let done = overflow.pop();
+        if overflow.is_empty() {
+            r.overflowed.store(false, Ordering::Release);
+        }
+        done
     }
 
     /// Puts `done` into its slot, found by `find` (the connection's slot of that id,
@@ -545,4 +584,39 @@ fn finish(slot: &mut Slot, headers: &ServerHeaders) {
     slot.ready = true;
     slot.frame = Bytes::new();
     slot.elems = Vec::new();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{demo, Config};
+
+    #[test]
+    fn completions_past_the_queue_wait_in_the_overflow_and_none_is_lost() {
+        let engine = Arc::new(demo::engine(Config::default()));
+        let pool = Arc::new(Pool::start(Arc::clone(&engine), 1, 1).unwrap());
+        let poll = mio::Poll::new().unwrap();
+        let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).unwrap());
+        let pending = Pending::new(pool, waker, &engine);
+        let n = COMPLETIONS + 1000;
+        let completer = Arc::clone(&pending.reply_to);
+        let t = std::thread::spawn(move || {
+            for i in 0..n {
+                let tag = Tag {
+                    conn: i,
+                    generation: 0,
+                    slot: 0,
+                    element: 0,
+                };
+                completer.complete(tag, vec![b'x'], None);
+            }
+        });
+        t.join().unwrap();
+        let mut seen = vec![false; n];
+        while let Some(done) = pending.next_done() {
+            assert!(!std::mem::replace(&mut seen[done.tag.conn], true));
+        }
+        assert!(seen.iter().all(|s| *s), "a completion was lost");
+        assert!(!pending.reply_to.overflowed.load(Ordering::Acquire));
+    }
 }
