@@ -3,6 +3,9 @@
 use std::fmt;
 use std::io;
 
+/// How the server broke the protocol (defined with the response rules it names).
+pub use crate::codec::response::Violation;
+
 /// Why a call failed.
 ///
 /// The variants separate what a caller does next: retry elsewhere or later
@@ -108,56 +111,6 @@ impl fmt::Display for ServerError {
 }
 
 impl std::error::Error for ServerError {}
-
-/// How the server broke the protocol.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum Violation {
-    /// The response is not valid JSON.
-    #[error("the response is not valid JSON")]
-    BadJson,
-    /// Not a response object (or, for a batch, an array of them).
-    #[error("not a JSON-RPC response object")]
-    NotAResponse,
-    /// `jsonrpc` missing or not exactly `"2.0"`.
-    #[error("`jsonrpc` is missing or not \"2.0\"")]
-    WrongVersion,
-    /// `id` missing, or not a string, number or null.
-    #[error("`id` is missing or not a string, number or null")]
-    BadId,
-    /// An id this client never sent on the connection.
-    #[error("a response with an id that was never sent")]
-    UnknownId,
-    /// Both `result` and `error`.
-    #[error("both `result` and `error`")]
-    BothResultAndError,
-    /// Neither `result` nor `error`.
-    #[error("neither `result` nor `error`")]
-    NeitherResultNorError,
-    /// A member appears twice.
-    #[error("a member appears more than once")]
-    DuplicateMember,
-    /// `error` is not an object with an integer `code` (fitting 32 bits) and a string
-    /// `message`.
-    #[error("malformed `error` object")]
-    BadErrorObject,
-    /// A batch's reply lacks the response for one of its calls, or a call got no reply.
-    #[error("no response for a call")]
-    MissingResponse,
-    /// An array came back for a single call, or responses of one frame belong to
-    /// different requests.
-    #[error("a reply that does not match its request")]
-    Mismatched,
-    /// A response larger than the client's `max_response_bytes`.
-    #[error("response exceeds max_response_bytes")]
-    TooLarge,
-    /// An HTTP status other than 200 or 204.
-    #[error("HTTP status {0}")]
-    HttpStatus(u16),
-    /// A malformed HTTP response (head, `Content-Length`, chunked framing).
-    #[error("malformed HTTP response: {0}")]
-    BadHttp(&'static str),
-}
 
 /// What ended a connection, kept so every pending call gets the same error.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
