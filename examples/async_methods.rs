@@ -32,7 +32,7 @@ use jsonrpsee_core::client::{ClientT, Error as UpstreamError};
 use jsonrpsee_core::traits::ToRpcParams;
 use jsonrpsee_http_client::{HttpClient, HttpClientBuilder};
 use ringrpc::server::Server;
-use ringrpc::{demo, Config, Engine, Registry, RpcError};
+use ringrpc::{demo, Config, Engine, Registry, RpcError, ServerConfig};
 use serde_json::value::RawValue;
 
 /// Serve methods answered from a tokio runtime (timers, calls to an upstream server).
@@ -137,9 +137,8 @@ fn serve(a: Args) -> std::io::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let config = Config::default()
-        .request_timeout(Some(Duration::from_millis(a.request_timeout_ms)))
-        .workers(1);
+    let config =
+        Config::default().request_timeout(Some(Duration::from_millis(a.request_timeout_ms)));
     // The upstream: the one asked for, or the demo methods served here.
     let upstream_url = match a.upstream {
         Some(url) => url,
@@ -158,12 +157,14 @@ fn serve(a: Args) -> std::io::Result<()> {
             .map_err(|e| io(e.into()))?
     };
     let engine = Engine::new(methods(rt.handle().clone(), Arc::new(client)), config);
-    let mut server = Server::new(engine)?;
+    // One worker thread: nothing here blocks one (the waits run on the runtime).
+    let mut server = Server::with_config(engine, ServerConfig::default().workers(1))?;
     let addr = server.listen_http(a.http.as_str())?;
     server.shutdown_on_signals()?;
+    // Best effort: a reader that stopped after the first line must not stop the server.
     let mut out = std::io::stdout().lock();
-    writeln!(out, "listening http {addr}\nupstream {upstream_url}")?;
-    out.flush()?;
+    let _ = writeln!(out, "listening http {addr}\nupstream {upstream_url}");
+    let _ = out.flush();
     drop(out);
     let r = server.run();
     rt.shutdown_timeout(Duration::from_secs(1));

@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use ringrpc::{defaults, demo, server::Server, Config};
+use ringrpc::{defaults, demo, server::Server, Config, ServerConfig};
 
 /// Serve the ringrpc demo methods (subtract, sum, update, notify_hello, notify_sum,
 /// get_data, ping, echo, add, sleep, delay, whoami).
@@ -86,30 +86,36 @@ fn millis(ms: u64) -> Option<Duration> {
     (ms > 0).then(|| Duration::from_millis(ms))
 }
 
+/// The engine's limits.
 fn config(a: &Args) -> Config {
-    let mut c = Config::default()
+    Config::default()
         .max_request_bytes(a.max_request_bytes)
         .max_response_bytes(a.max_response_bytes)
         .max_batch_len(a.max_batch_len)
         .max_depth(a.max_depth)
+        .request_timeout(millis(a.request_timeout_ms))
+}
+
+/// The server's settings.
+fn settings(a: &Args) -> ServerConfig {
+    let mut s = ServerConfig::default()
         .max_connections(a.max_connections)
         .idle_timeout(millis(a.idle_timeout_ms))
-        .request_timeout(millis(a.request_timeout_ms))
         .request_read_timeout(millis(a.request_read_timeout_ms))
         .queue_capacity(a.queue_capacity)
         .write_high_water(a.write_high_water)
         .reactors(a.reactors)
         .http_path(a.http_path.clone());
     if let Some(n) = a.workers {
-        c = c.workers(n);
+        s = s.workers(n);
     }
     if let Some(n) = a.batch_concurrency {
-        c = c.batch_concurrency(n);
+        s = s.batch_concurrency(n);
     }
     for origin in &a.cors_origin {
-        c = c.cors_origin(origin.clone());
+        s = s.cors_origin(origin.clone());
     }
-    c
+    s
 }
 
 fn serve(a: Args) -> std::io::Result<()> {
@@ -117,7 +123,7 @@ fn serve(a: Args) -> std::io::Result<()> {
     if a.stdio {
         return ringrpc::server::serve_stdio(&engine);
     }
-    let mut server = Server::new(engine)?;
+    let mut server = Server::with_config(engine, settings(&a))?;
     let mut lines = Vec::new();
     if a.tcp != "off" {
         lines.push(format!(
@@ -138,11 +144,13 @@ fn serve(a: Args) -> std::io::Result<()> {
     server.shutdown_on_signals()?;
     // Bound and registered: connections are accepted from here on (the kernel queues
     // them until the loop runs).
+    // Best effort: whoever started the server may stop reading its output (a script
+    // that waited for the first line); that must not stop the server.
     let mut out = std::io::stdout().lock();
     for l in lines {
-        writeln!(out, "{l}")?;
+        let _ = writeln!(out, "{l}");
     }
-    out.flush()?;
+    let _ = out.flush();
     drop(out);
     server.run()
 }

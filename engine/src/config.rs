@@ -1,8 +1,11 @@
-//! Limits, in one type with documented defaults and chainable setters.
+//! Settings, in two types with documented defaults and chainable setters: [`Config`],
+//! the engine's limits (what any embedder of the engine enforces), and
+//! [`ServerConfig`], the server's own settings (connections, threads, HTTP).
 
 use std::time::Duration;
 
-/// The engine's limits. Every field has a documented default; setters chain.
+/// The engine's limits: what every frame is held to, whoever feeds the engine. Every
+/// field has a documented default; setters chain.
 ///
 /// ```
 /// let config = ringrpc::Config::default()
@@ -16,9 +19,25 @@ pub struct Config {
     pub(crate) max_response_bytes: usize,
     pub(crate) max_depth: usize,
     pub(crate) max_batch_len: usize,
+    pub(crate) request_timeout: Option<Duration>,
+}
+
+/// The server's settings: connections, timeouts, threads, HTTP. Given to
+/// [`Server::with_config`](crate::server::Server::with_config); the engine's limits
+/// stay in its [`Config`]. Every field has a documented default; setters chain.
+///
+/// ```
+/// use std::time::Duration;
+/// let settings = ringrpc::ServerConfig::default()
+///     .workers(4)
+///     .idle_timeout(Some(Duration::from_secs(60)))
+///     .cors_origin("http://localhost:3000");
+/// assert_eq!(settings.worker_count(), 4);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerConfig {
     pub(crate) max_connections: usize,
     pub(crate) idle_timeout: Option<Duration>,
-    pub(crate) request_timeout: Option<Duration>,
     pub(crate) request_read_timeout: Option<Duration>,
     pub(crate) workers: usize,
     pub(crate) reactors: usize,
@@ -30,31 +49,37 @@ pub struct Config {
     pub(crate) cors_origins: Vec<String>,
 }
 
-/// The documented default of every limit.
+/// The documented default of every setting.
 pub mod defaults {
     use std::time::Duration;
 
-    /// Default [`Config::max_request_bytes`]: 1 MiB.
+    /// Default [`Config::max_request_bytes`](crate::Config::max_request_bytes): 1 MiB.
     pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1024 * 1024;
-    /// Default [`Config::max_response_bytes`]: 8 MiB.
+    /// Default [`Config::max_response_bytes`](crate::Config::max_response_bytes): 8 MiB.
     pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
-    /// Default [`Config::max_depth`]: 64 levels of arrays/objects.
+    /// Default [`Config::max_depth`](crate::Config::max_depth): 64 levels of
+    /// arrays/objects.
     pub const DEFAULT_MAX_DEPTH: usize = 64;
-    /// Default [`Config::max_batch_len`]: 1024 elements.
+    /// Default [`Config::max_batch_len`](crate::Config::max_batch_len): 1024 elements.
     pub const DEFAULT_MAX_BATCH_LEN: usize = 1024;
-    /// Default [`Config::max_connections`]: 10,000.
-    pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
-    /// Default [`Config::idle_timeout`]: 300 s.
-    pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
-    /// Default [`Config::request_timeout`]: 30 s.
+    /// Default [`Config::request_timeout`](crate::Config::request_timeout): 30 s.
     pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-    /// Default [`Config::request_read_timeout`]: 30 s.
+    /// Default [`ServerConfig::max_connections`](crate::ServerConfig::max_connections):
+    /// 10,000.
+    pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+    /// Default [`ServerConfig::idle_timeout`](crate::ServerConfig::idle_timeout): 300 s.
+    pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+    /// Default [`ServerConfig::request_read_timeout`](crate::ServerConfig::request_read_timeout):
+    /// 30 s.
     pub const DEFAULT_REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(30);
-    /// Default [`Config::queue_capacity`]: 4096 calls waiting for a worker.
+    /// Default [`ServerConfig::queue_capacity`](crate::ServerConfig::queue_capacity):
+    /// 4096 calls waiting for a worker.
     pub const DEFAULT_QUEUE_CAPACITY: usize = 4096;
-    /// Default [`Config::write_high_water`]: 1 MiB of unsent output per connection.
+    /// Default [`ServerConfig::write_high_water`](crate::ServerConfig::write_high_water):
+    /// 1 MiB of unsent output per connection.
     pub const DEFAULT_WRITE_HIGH_WATER: usize = 1024 * 1024;
-    /// Default [`Config::max_head_bytes`]: 8 KiB of HTTP request line and headers.
+    /// Default [`ServerConfig::max_head_bytes`](crate::ServerConfig::max_head_bytes):
+    /// 8 KiB of HTTP request line and headers.
     pub const DEFAULT_MAX_HEAD_BYTES: usize = 8 * 1024;
 }
 
@@ -71,9 +96,16 @@ impl Default for Config {
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             max_depth: DEFAULT_MAX_DEPTH,
             max_batch_len: DEFAULT_MAX_BATCH_LEN,
+            request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
+        }
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
-            request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
             request_read_timeout: Some(DEFAULT_REQUEST_READ_TIMEOUT),
             workers: cores(),
             reactors: 1,
@@ -121,100 +153,12 @@ impl Config {
         self
     }
 
-    /// Server: the most connections open at once (default [`defaults::DEFAULT_MAX_CONNECTIONS`]).
-    /// Past it, new connections are accepted and closed at once; the others are
-    /// unaffected.
-    pub fn max_connections(mut self, n: usize) -> Self {
-        self.max_connections = n.max(1);
-        self
-    }
-
-    /// Server: close a connection with nothing in flight after this long without
-    /// traffic (default [`defaults::DEFAULT_IDLE_TIMEOUT`]; `None`: never).
-    pub fn idle_timeout(mut self, t: Option<Duration>) -> Self {
-        self.idle_timeout = t;
-        self
-    }
-
-    /// Server: the deadline of a call run on the worker pool (default
-    /// [`defaults::DEFAULT_REQUEST_TIMEOUT`]; `None`: none). At the deadline the caller gets
-    /// `-32001 Request timed out`; the late result is dropped.
+    /// The deadline of a call answered later — a blocking method's on the server's
+    /// worker pool, a deferred method's through its responder (default
+    /// [`defaults::DEFAULT_REQUEST_TIMEOUT`]; `None`: none). At the deadline the caller
+    /// gets `-32001 Request timed out`; the late result is dropped.
     pub fn request_timeout(mut self, t: Option<Duration>) -> Self {
         self.request_timeout = t;
-        self
-    }
-
-    /// Server: the longest a request may take to arrive once its first byte has
-    /// (default [`defaults::DEFAULT_REQUEST_READ_TIMEOUT`]; `None`: no limit). A client
-    /// that trickles a request slower than that is closed (HTTP: `408 Request Timeout`
-    /// first), so slow clients cannot hold connections open indefinitely.
-    pub fn request_read_timeout(mut self, t: Option<Duration>) -> Self {
-        self.request_read_timeout = t;
-        self
-    }
-
-    /// Server: event-loop threads (default 1). Each has its own TCP listening sockets
-    /// on the same addresses (`SO_REUSEPORT`: the kernel spreads new connections over
-    /// them); Unix sockets and signals stay on the first. One is right when the server
-    /// has one core to itself; more when it has several.
-    pub fn reactors(mut self, n: usize) -> Self {
-        self.reactors = n.max(1);
-        self
-    }
-
-    /// Server: worker threads for blocking methods and their batch elements (default:
-    /// the number of cores).
-    pub fn workers(mut self, n: usize) -> Self {
-        self.workers = n.max(1);
-        self
-    }
-
-    /// Server: the most elements of one batch on the worker pool at once (default: the
-    /// number of cores).
-    pub fn batch_concurrency(mut self, n: usize) -> Self {
-        self.batch_concurrency = n.max(1);
-        self
-    }
-
-    /// Server: calls that may wait for a worker (default [`defaults::DEFAULT_QUEUE_CAPACITY`]).
-    /// When the queue is full a call is answered `-32000 Server busy` at once.
-    pub fn queue_capacity(mut self, n: usize) -> Self {
-        self.queue_capacity = n.max(1);
-        self
-    }
-
-    /// Server: unsent output a connection may hold before the server stops reading
-    /// from it (default [`defaults::DEFAULT_WRITE_HIGH_WATER`]): a peer that does not read cannot
-    /// make the server buffer without bound.
-    pub fn write_high_water(mut self, bytes: usize) -> Self {
-        self.write_high_water = bytes.max(1);
-        self
-    }
-
-    /// Server: the HTTP path JSON-RPC is served on (default `/`).
-    pub fn http_path(mut self, path: impl Into<String>) -> Self {
-        self.http_path = path.into();
-        self
-    }
-
-    /// Server: the largest HTTP request head (default [`defaults::DEFAULT_MAX_HEAD_BYTES`]);
-    /// larger heads get `431`.
-    pub fn max_head_bytes(mut self, bytes: usize) -> Self {
-        self.max_head_bytes = bytes.max(64);
-        self
-    }
-
-    /// Server: lets browser pages from `origin` call the HTTP transport (CORS; off by
-    /// default). Repeatable; `"*"` allows every origin. An origin is matched byte for byte
-    /// as browsers send it: `scheme://host[:port]`, no path, no trailing slash.
-    ///
-    /// With at least one origin set, the server answers `OPTIONS` preflights on the
-    /// JSON-RPC path (`204` for an allowed origin, `403` otherwise) and adds
-    /// `Access-Control-Allow-Origin` to every response to an allowed origin's request.
-    /// [`Server::new`](crate::server::Server::new) refuses an origin holding anything but
-    /// visible ASCII.
-    pub fn cors_origin(mut self, origin: impl Into<String>) -> Self {
-        self.cors_origins.push(origin.into());
         self
     }
 
@@ -236,5 +180,101 @@ impl Config {
     /// The batch length limit in force.
     pub fn batch_limit(&self) -> usize {
         self.max_batch_len
+    }
+}
+
+impl ServerConfig {
+    /// The most connections open at once (default [`defaults::DEFAULT_MAX_CONNECTIONS`]).
+    /// Past it, new connections are accepted and closed at once; the others are
+    /// unaffected.
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// Close a connection with nothing in flight after this long without
+    /// traffic (default [`defaults::DEFAULT_IDLE_TIMEOUT`]; `None`: never).
+    pub fn idle_timeout(mut self, t: Option<Duration>) -> Self {
+        self.idle_timeout = t;
+        self
+    }
+
+    /// The longest a request may take to arrive once its first byte has
+    /// (default [`defaults::DEFAULT_REQUEST_READ_TIMEOUT`]; `None`: no limit). A client
+    /// that trickles a request slower than that is closed (HTTP: `408 Request Timeout`
+    /// first), so slow clients cannot hold connections open indefinitely.
+    pub fn request_read_timeout(mut self, t: Option<Duration>) -> Self {
+        self.request_read_timeout = t;
+        self
+    }
+
+    /// Event-loop threads (default 1). Each has its own TCP listening sockets
+    /// on the same addresses (`SO_REUSEPORT`: the kernel spreads new connections over
+    /// them); Unix sockets and signals stay on the first. One is right when the server
+    /// has one core to itself; more when it has several.
+    pub fn reactors(mut self, n: usize) -> Self {
+        self.reactors = n.max(1);
+        self
+    }
+
+    /// Worker threads for blocking methods and their batch elements (default:
+    /// the number of cores).
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = n.max(1);
+        self
+    }
+
+    /// The most elements of one batch on the worker pool at once (default: the
+    /// number of cores).
+    pub fn batch_concurrency(mut self, n: usize) -> Self {
+        self.batch_concurrency = n.max(1);
+        self
+    }
+
+    /// Calls that may wait for a worker (default [`defaults::DEFAULT_QUEUE_CAPACITY`]).
+    /// When the queue is full a call is answered `-32000 Server busy` at once.
+    pub fn queue_capacity(mut self, n: usize) -> Self {
+        self.queue_capacity = n.max(1);
+        self
+    }
+
+    /// Unsent output a connection may hold before the server stops reading
+    /// from it (default [`defaults::DEFAULT_WRITE_HIGH_WATER`]): a peer that does not read cannot
+    /// make the server buffer without bound.
+    pub fn write_high_water(mut self, bytes: usize) -> Self {
+        self.write_high_water = bytes.max(1);
+        self
+    }
+
+    /// The HTTP path JSON-RPC is served on (default `/`).
+    pub fn http_path(mut self, path: impl Into<String>) -> Self {
+        self.http_path = path.into();
+        self
+    }
+
+    /// The largest HTTP request head (default [`defaults::DEFAULT_MAX_HEAD_BYTES`]);
+    /// larger heads get `431`.
+    pub fn max_head_bytes(mut self, bytes: usize) -> Self {
+        self.max_head_bytes = bytes.max(64);
+        self
+    }
+
+    /// Lets browser pages from `origin` call the HTTP transport (CORS; off by
+    /// default). Repeatable; `"*"` allows every origin. An origin is matched byte for byte
+    /// as browsers send it: `scheme://host[:port]`, no path, no trailing slash.
+    ///
+    /// With at least one origin set, the server answers `OPTIONS` preflights on the
+    /// JSON-RPC path (`204` for an allowed origin, `403` otherwise) and adds
+    /// `Access-Control-Allow-Origin` to every response to an allowed origin's request.
+    /// [`Server::with_config`](crate::server::Server::with_config) refuses an origin holding anything but
+    /// visible ASCII.
+    pub fn cors_origin(mut self, origin: impl Into<String>) -> Self {
+        self.cors_origins.push(origin.into());
+        self
+    }
+
+    /// The worker threads in force.
+    pub fn worker_count(&self) -> usize {
+        self.workers
     }
 }

@@ -111,7 +111,7 @@ pub mod server;
 mod transport;
 
 pub use codec::{Id, LineDecoder, Params};
-pub use config::{defaults, Config};
+pub use config::{defaults, Config, ServerConfig};
 pub use dispatch::context::{Connection, Context, Headers, Peer, Source, Transport};
 pub use dispatch::hooks::{Answered, Hooks};
 pub use dispatch::registry::{Registry, RegistryBuilder};

@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use ringrpc::client::{Client, Options};
 use ringrpc::server::{Server, ServerHandle};
-use ringrpc::{demo, Config, Engine, Params, Registry, RegistryBuilder, Responder, RpcError};
+use ringrpc::{
+    demo, Config, Engine, Params, Registry, RegistryBuilder, Responder, RpcError, ServerConfig,
+};
 use serde_json::{json, Value};
 use util::check_reply;
 
@@ -33,7 +35,12 @@ struct Running {
 
 impl Running {
     fn start(builder: RegistryBuilder, config: Config) -> Self {
-        let mut server = Server::new(Engine::new(builder.freeze(), config)).unwrap();
+        Self::start_with(builder, config, ServerConfig::default())
+    }
+
+    fn start_with(builder: RegistryBuilder, config: Config, settings: ServerConfig) -> Self {
+        let engine = Engine::new(builder.freeze(), config);
+        let mut server = Server::with_config(engine, settings).unwrap();
         let tcp = server.listen_tcp("127.0.0.1:0").unwrap();
         let http = server.listen_http("127.0.0.1:0").unwrap();
         let unix = std::env::temp_dir().join(format!(
@@ -123,7 +130,11 @@ fn code(v: &Value) -> i64 {
 fn a_thousand_delays_on_one_worker_take_one_delay_not_a_thousand() {
     // With `sleep` (a blocking method) on one worker these would take 100 s; `delay`
     // holds no thread while it waits.
-    let server = Running::start(demo::builder(), Config::default().workers(1));
+    let server = Running::start_with(
+        demo::builder(),
+        Config::default(),
+        ServerConfig::default().workers(1),
+    );
     for scheme in ["tcp", "http"] {
         let clients: Vec<Client> = (0..10).map(|_| server.client(scheme)).collect();
         let started = Instant::now();
@@ -248,7 +259,11 @@ fn responder_rules() {
 
 #[test]
 fn a_batch_mixes_inline_pool_and_deferred_elements_in_one_array() {
-    let server = Running::start(demo::builder(), Config::default().workers(1));
+    let server = Running::start_with(
+        demo::builder(),
+        Config::default(),
+        ServerConfig::default().workers(1),
+    );
     let batch = r#"[
         {"jsonrpc":"2.0","method":"delay","params":[50],"id":"d1"},
         {"jsonrpc":"2.0","method":"ping","id":"p"},
@@ -591,12 +606,12 @@ fn sorted<T: Ord + Clone>(v: &[T]) -> Vec<T> {
 #[test]
 fn hooks_run_once_per_call_and_batch_element_on_every_path() {
     let recorder = Recorder::default();
-    let engine = Engine::new(demo::builder().freeze(), Config::default().workers(2))
-        .with_hooks(recorder.clone());
+    let engine =
+        Engine::new(demo::builder().freeze(), Config::default()).with_hooks(recorder.clone());
     let (batch, want) = mixed_batch(100);
 
     // Over the server (inline, pool and deferred elements).
-    let mut server = Server::new(engine).unwrap();
+    let mut server = Server::with_config(engine, ServerConfig::default().workers(2)).unwrap();
     let tcp = server.listen_tcp("127.0.0.1:0").unwrap();
     let handle = server.handle();
     let thread = std::thread::spawn(move || server.run());

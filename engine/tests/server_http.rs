@@ -20,9 +20,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ringrpc::server::{Server, ServerHandle};
-use ringrpc::{demo, Config, Engine, Params, RpcError};
+use ringrpc::{demo, Config, Engine, Params, RpcError, ServerConfig};
 use serde_json::{json, Value};
-use util::{check_reply, show};
+use util::{check_reply, show, Setup};
 
 /// The longest any single socket read or write may block.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -39,12 +39,12 @@ struct Running {
 }
 
 impl Running {
-    fn start(config: Config) -> Self {
-        Self::with_engine(demo::engine(config))
+    fn start(setup: Setup) -> Self {
+        Self::with_engine(demo::engine(setup.0), setup.1)
     }
 
-    fn with_engine(engine: Engine) -> Self {
-        let mut server = Server::new(engine).unwrap();
+    fn with_engine(engine: Engine, settings: ServerConfig) -> Self {
+        let mut server = Server::with_config(engine, settings).unwrap();
         let http = server.listen_http("127.0.0.1:0").unwrap();
         let tcp = server.listen_tcp("127.0.0.1:0").unwrap();
         let handle = server.handle();
@@ -446,7 +446,7 @@ fn spec_cases() -> Vec<(&'static str, Want)> {
 
 #[test]
 fn spec_examples_over_http() {
-    let server = Running::start(Config::default());
+    let server = Running::start(Setup::default());
     let cases = spec_cases();
     // One request at a time on one keep-alive connection.
     let mut c = server.client();
@@ -482,7 +482,7 @@ fn spec_examples_over_http() {
 
 #[test]
 fn keep_alive_and_connection_close() {
-    let server = Running::start(Config::default());
+    let server = Running::start(Setup::default());
 
     // HTTP/1.1: several requests, health checks included, on one connection.
     let mut c = server.client();
@@ -596,7 +596,7 @@ fn keep_alive_and_connection_close() {
 
 #[test]
 fn fifty_pipelined_requests_answer_in_order() {
-    let server = Running::start(Config::default().workers(2));
+    let server = Running::start(Setup::default().workers(2));
     let mut reqs: Vec<u8> = Vec::new();
     let mut wants: Vec<Want> = Vec::new();
     for i in 0..50i64 {
@@ -666,7 +666,7 @@ fn fifty_pipelined_requests_answer_in_order() {
 
 #[test]
 fn blocking_notifications_get_no_content() {
-    let server = Running::start(Config::default().workers(2));
+    let server = Running::start(Setup::default().workers(2));
     let mut c = server.client();
     let note = r#"{"jsonrpc":"2.0","method":"sleep","params":{"ms":20}}"#;
     let mut reqs = post(note);
@@ -689,7 +689,7 @@ fn blocking_notifications_get_no_content() {
 
 #[test]
 fn chunked_bodies_in_tiny_writes() {
-    let server = Running::start(Config::default());
+    let server = Running::start(Setup::default());
     let batch = r#"[{"jsonrpc": "2.0", "method": "sum", "params": [1,2,4], "id": "1"},
         {"jsonrpc": "2.0", "method": "notify_hello", "params": [7]},
         {"jsonrpc": "2.0", "method": "subtract", "params": {"minuend": 42, "subtrahend": 23}, "id": "2"},
@@ -742,7 +742,7 @@ fn require_curl() {
 #[test]
 fn expect_100_continue_with_curl() {
     require_curl();
-    let server = Running::start(Config::default());
+    let server = Running::start(Setup::default());
     let pad = "x".repeat(3000);
     let body = format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{pad}"],"id":"curl"}}"#);
     assert!(body.len() > 3000);
@@ -779,7 +779,7 @@ fn expect_100_continue_with_curl() {
 
 #[test]
 fn expect_100_continue_raw() {
-    let server = Running::start(Config::default().max_request_bytes(1024));
+    let server = Running::start(Setup::default().max_request_bytes(1024));
     let body = r#"{"jsonrpc":"2.0","method":"subtract","params":[42,23],"id":7}"#;
     let head = format!(
         "POST / HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
@@ -868,7 +868,7 @@ fn require_python_requests() {
 #[test]
 fn python_requests_session() {
     require_python_requests();
-    let server = Running::start(Config::default());
+    let server = Running::start(Setup::default());
     let out = Command::new("python3")
         .args(["-c", PY_CLIENT])
         .arg(format!("http://{}/", server.http))
@@ -912,7 +912,7 @@ type StatusCase = (&'static str, Vec<u8>, u16, Option<&'static str>, bool);
 
 #[test]
 fn http_error_statuses() {
-    let server = Running::start(Config::default().max_request_bytes(1024));
+    let server = Running::start(Setup::default().max_request_bytes(1024));
     let call = r#"{"jsonrpc":"2.0","method":"ping","id":1}"#;
     let big = "y".repeat(2000);
     let big_call = format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{big}"],"id":1}}"#);
@@ -1038,7 +1038,7 @@ fn assert_dated(r: &Resp, what: &str) {
 
 #[test]
 fn every_response_has_a_date_and_keep_alive_says_the_idle_timeout() {
-    let server = Running::start(Config::default().idle_timeout(Some(Duration::from_millis(7900))));
+    let server = Running::start(Setup::default().idle_timeout(Some(Duration::from_millis(7900))));
     let mut c = server.client();
     let kinds: Vec<(&str, Vec<u8>, u16)> = vec![
         ("200 rpc", ping(1), 200),
@@ -1079,7 +1079,7 @@ fn every_response_has_a_date_and_keep_alive_says_the_idle_timeout() {
     c.assert_closed();
     server.stop();
     // No idle timeout: no Keep-Alive line, still a Date.
-    let server = Running::start(Config::default().idle_timeout(None));
+    let server = Running::start(Setup::default().idle_timeout(None));
     let r = server.client().call(&ping(1));
     assert_dated(&r, "no idle timeout");
     assert_eq!(r.header("Keep-Alive"), None, "{r}");
@@ -1102,7 +1102,7 @@ fn node_stops_reusing_a_connection_the_server_is_about_to_close() {
     };
     for (idle_ms, hint, reused) in [(1500, "timeout=1", false), (30_000, "timeout=30", true)] {
         let server =
-            Running::start(Config::default().idle_timeout(Some(Duration::from_millis(idle_ms))));
+            Running::start(Setup::default().idle_timeout(Some(Duration::from_millis(idle_ms))));
         let out = Command::new(node)
             .args(["-e", NODE_KEEP_ALIVE])
             .arg(format!("http://{}/", server.http))
@@ -1147,7 +1147,7 @@ const call = () => new Promise((resolve) => {
 
 #[test]
 fn json_rpc_content_types_and_codings() {
-    let server = Running::start(Config::default());
+    let server = Running::start(Setup::default());
     let call = r#"{"jsonrpc":"2.0","method":"ping","id":1}"#;
     let with_type = |t: &str| {
         format!(
@@ -1227,7 +1227,7 @@ fn preflight(origin: &str) -> Vec<u8> {
 fn cors_preflight_and_allowed_origins() {
     let app = "http://app.example:8080";
     let server = Running::start(
-        Config::default()
+        Setup::default()
             .cors_origin(app)
             .cors_origin("https://other.example"),
     );
@@ -1309,7 +1309,7 @@ fn cors_preflight_and_allowed_origins() {
     server.stop();
 
     // `*`: any origin.
-    let server = Running::start(Config::default().cors_origin("*"));
+    let server = Running::start(Setup::default().cors_origin("*"));
     let mut c = server.client();
     let r = c.call(&preflight("http://anywhere.example"));
     assert_eq!(r.status, 204, "{r}");
@@ -1318,7 +1318,7 @@ fn cors_preflight_and_allowed_origins() {
     server.stop();
 
     // Without the flag nothing changes: OPTIONS is 405, no CORS headers anywhere.
-    let server = Running::start(Config::default());
+    let server = Running::start(Setup::default());
     let mut c = server.client();
     let r = c.call(&preflight(app));
     assert_eq!((r.status, r.header("Allow")), (405, Some("POST")), "{r}");
@@ -1336,9 +1336,10 @@ fn cors_preflight_and_allowed_origins() {
     server.stop();
 
     // An origin that would break a header line is refused when the server starts.
-    let server = Server::new(demo::engine(
-        Config::default().cors_origin("http://a\r\nX: 1"),
-    ))
+    let server = Server::with_config(
+        demo::engine(Config::default()),
+        ServerConfig::default().cors_origin("http://a\r\nX: 1"),
+    )
     .and_then(|mut s| {
         s.listen_http("127.0.0.1:0")?;
         s.run()
@@ -1349,7 +1350,7 @@ fn cors_preflight_and_allowed_origins() {
 
 #[test]
 fn other_http_1_minor_versions_are_served_as_1_1() {
-    let server = Running::start(Config::default());
+    let server = Running::start(Setup::default());
     let mut c = server.client();
     for version in ["HTTP/1.2", "HTTP/1.9"] {
         let r = c.call(&replace_first_line(&ping(1), &format!("POST / {version}")));
@@ -1371,7 +1372,7 @@ fn other_http_1_minor_versions_are_served_as_1_1() {
 
 #[test]
 fn oversized_response_and_long_batch() {
-    let server = Running::start(Config::default().max_response_bytes(256).max_batch_len(4));
+    let server = Running::start(Setup::default().max_response_bytes(256).max_batch_len(4));
     let big = "x".repeat(1000);
     let echo =
         |id: &str| format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{big}"],"id":{id}}}"#);
@@ -1415,7 +1416,7 @@ fn oversized_response_and_long_batch() {
 
 #[test]
 fn slowloris_does_not_block_other_clients() {
-    let server = Running::start(Config::default());
+    let server = Running::start(Setup::default());
     let started = Arc::new(AtomicUsize::new(0));
     let slow_done = Arc::new(AtomicBool::new(false));
     let call = r#"{"jsonrpc":"2.0","method":"add","params":[1,1],"id":"slow"}"#;
@@ -1479,7 +1480,7 @@ fn slowloris_does_not_block_other_clients() {
 
 #[test]
 fn vanishing_clients_leave_the_server_serving() {
-    let server = Running::start(Config::default().workers(2));
+    let server = Running::start(Setup::default().workers(2));
     let call = r#"{"jsonrpc":"2.0","method":"ping","id":1}"#;
     let full = post(call);
     let head = head_len(&full);
@@ -1555,7 +1556,7 @@ fn many_connections_newline_tcp() {
     const THREADS: usize = 20;
     const CONNS: usize = 10;
     const REQS: usize = 100;
-    let server = Running::start(Config::default());
+    let server = Running::start(Setup::default());
     let seen = Arc::new(Mutex::new(Vec::with_capacity(THREADS * CONNS * REQS)));
     let threads: Vec<_> = (0..THREADS)
         .map(|t| {
@@ -1609,7 +1610,7 @@ fn many_connections_http_pipelined() {
     const THREADS: usize = 10;
     const CONNS: usize = 5;
     const REQS: usize = 20;
-    let server = Running::start(Config::default().workers(2));
+    let server = Running::start(Setup::default().workers(2));
     let seen = Arc::new(Mutex::new(HashMap::<u64, usize>::new()));
     let threads: Vec<_> = (0..THREADS)
         .map(|t| {
@@ -1668,7 +1669,7 @@ fn many_connections_http_pipelined() {
 
 #[test]
 fn graceful_shutdown_answers_blocking_call_in_flight() {
-    let mut server = Running::start(Config::default().workers(2));
+    let mut server = Running::start(Setup::default().workers(2));
     let mut c = server.client();
     // The server is reading this connection.
     check_one(&c.call(&ping(0)).rpc(), &ok(json!(0), json!("pong")));
@@ -1706,7 +1707,7 @@ fn graceful_shutdown_answers_blocking_call_in_flight() {
 #[test]
 fn request_timeout_over_http() {
     let server = Running::start(
-        Config::default()
+        Setup::default()
             .workers(1)
             .request_timeout(Some(Duration::from_millis(150))),
     );
@@ -1730,7 +1731,7 @@ fn request_timeout_over_http() {
 #[test]
 fn large_pipelined_responses_to_a_slow_reader() {
     // A small high-water mark: the server stops reading while answers pile up unsent.
-    let server = Running::start(Config::default().write_high_water(64 * 1024));
+    let server = Running::start(Setup::default().write_high_water(64 * 1024));
     const N: usize = 20;
     let pad = "p".repeat(200 * 1024);
     let mut c = server.client();
@@ -1757,7 +1758,7 @@ fn large_pipelined_responses_to_a_slow_reader() {
 /// RFC 9110 §9.3.2 / RFC 9112 §6.3: a response to HEAD carries no content.
 #[test]
 fn head_request_gets_no_body() {
-    let server = Running::start(Config::default());
+    let server = Running::start(Setup::default());
     for target in ["/health", "/"] {
         let mut c = server.client();
         c.send(format!("HEAD {target} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes());
@@ -1794,7 +1795,10 @@ fn handler_panic_is_an_internal_error() {
         panic!("boom on the pool (expected by the test)")
     })
     .unwrap();
-    let server = Running::with_engine(Engine::new(b.freeze(), Config::default().workers(2)));
+    let server = Running::with_engine(
+        Engine::new(b.freeze(), Config::default()),
+        ServerConfig::default().workers(2),
+    );
     let mut c = server.client();
     let r = c
         .call(&post(r#"{"jsonrpc":"2.0","method":"boom","id":1}"#))
@@ -1877,7 +1881,7 @@ const FLOOD_LIMIT: usize = 24 << 20;
 /// backpressure once `write_high_water` of answers wait.
 #[test]
 fn high_water_mark_stops_reading_a_client_that_does_not_read() {
-    let server = Running::start(Config::default().write_high_water(64 * 1024));
+    let server = Running::start(Setup::default().write_high_water(64 * 1024));
     let first = r#"{"jsonrpc":"2.0","method":"ping","id":"p"}"#;
     for (http, addr) in [(true, server.http), (false, server.tcp)] {
         let written = flood(addr, http, first, FLOOD_LIMIT);
@@ -1899,7 +1903,7 @@ fn high_water_mark_stops_reading_a_client_that_does_not_read() {
 /// call on the worker pool.
 #[test]
 fn answers_behind_a_blocking_call_respect_the_high_water_mark() {
-    let server = Running::start(Config::default().write_high_water(64 * 1024));
+    let server = Running::start(Setup::default().write_high_water(64 * 1024));
     let sleep = sleep_call(4500, "\"s\"");
     for (http, addr) in [(true, server.http), (false, server.tcp)] {
         let written = flood(addr, http, &sleep, FLOOD_LIMIT);
@@ -1916,7 +1920,7 @@ fn answers_behind_a_blocking_call_respect_the_high_water_mark() {
 /// `Connection: close`.
 #[test]
 fn shutdown_closes_http_with_the_answer_in_flight() {
-    let mut server = Running::start(Config::default().workers(1));
+    let mut server = Running::start(Setup::default().workers(1));
     let mut c = server.client();
     c.send(&post(&sleep_call(300, 7)));
     std::thread::sleep(Duration::from_millis(100));
@@ -1943,8 +1947,8 @@ fn small_requests_with_large_answers_stop_at_the_high_water_mark() {
         Ok("b".repeat(BLOB))
     })
     .unwrap();
-    let config = Config::default().write_high_water(256 * 1024);
-    let server = Running::with_engine(Engine::new(b.freeze(), config));
+    let settings = ServerConfig::default().write_high_water(256 * 1024);
+    let server = Running::with_engine(Engine::new(b.freeze(), Config::default()), settings);
     for http in [true, false] {
         calls.store(0, Ordering::SeqCst);
         let mut c = Client::connect(if http { server.http } else { server.tcp });
@@ -2011,8 +2015,11 @@ fn pool_answers_in_a_batch_respect_max_response_bytes() {
     })
     .unwrap();
     let max = 2500;
-    let config = Config::default().workers(2).max_response_bytes(max);
-    let server = Running::with_engine(Engine::new(b.freeze(), config));
+    let config = Config::default().max_response_bytes(max);
+    let server = Running::with_engine(
+        Engine::new(b.freeze(), config),
+        ServerConfig::default().workers(2),
+    );
     let calls: Vec<String> = (1..=4)
         .map(|i| format!(r#"{{"jsonrpc":"2.0","method":"big","id":{i}}}"#))
         .collect();
@@ -2041,7 +2048,7 @@ fn pool_answers_in_a_batch_respect_max_response_bytes() {
 #[test]
 fn shutdown_is_prompt_with_timed_out_calls_still_queued() {
     let mut server = Running::start(
-        Config::default()
+        Setup::default()
             .workers(1)
             .queue_capacity(256)
             .request_timeout(Some(Duration::from_millis(100))),

@@ -1,5 +1,7 @@
 //! The server over real sockets, newline-delimited transports (TCP and Unix).
 
+mod util;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
@@ -8,8 +10,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use ringrpc::server::{Server, ServerHandle};
-use ringrpc::{demo, Config};
+use ringrpc::{demo, Config, ServerConfig};
 use serde_json::{json, Value};
+use util::Setup;
 
 struct Running {
     tcp: SocketAddr,
@@ -19,8 +22,8 @@ struct Running {
 }
 
 impl Running {
-    fn start(config: Config) -> Self {
-        let mut server = Server::new(demo::engine(config)).unwrap();
+    fn start(setup: Setup) -> Self {
+        let mut server = Server::with_config(demo::engine(setup.0), setup.1).unwrap();
         let tcp = server.listen_tcp("127.0.0.1:0").unwrap();
         let unix = std::env::temp_dir().join(format!(
             "ringrpc-test-{}-{}.sock",
@@ -124,7 +127,7 @@ fn check(got: &Value, want: &Value) {
 
 #[test]
 fn spec_examples_over_tcp_and_unix() {
-    let server = Running::start(Config::default());
+    let server = Running::start(Setup::default());
     let cases = spec_cases();
     let lines: Vec<&str> = cases.iter().map(|c| c.0).collect();
     let wants: Vec<&Value> = cases.iter().filter_map(|c| c.1.as_ref()).collect();
@@ -145,7 +148,7 @@ fn spec_examples_over_tcp_and_unix() {
 
 #[test]
 fn blocking_batch_runs_on_the_pool_and_keeps_order() {
-    let server = Running::start(Config::default().workers(2));
+    let server = Running::start(Setup::default().workers(2));
     let batch: Vec<String> = (0..8)
         .map(|i| format!(r#"{{"jsonrpc":"2.0","method":"sleep","params":{{"ms":50}},"id":{i}}}"#))
         .collect();
@@ -172,7 +175,7 @@ fn blocking_batch_runs_on_the_pool_and_keeps_order() {
 #[test]
 fn request_timeout_and_busy() {
     let server = Running::start(
-        Config::default()
+        Setup::default()
             .workers(1)
             .queue_capacity(1)
             .request_timeout(Some(Duration::from_millis(200))),
@@ -198,7 +201,7 @@ fn request_timeout_and_busy() {
 
 #[test]
 fn many_connections_pipelined() {
-    let server = Running::start(Config::default());
+    let server = Running::start(Setup::default());
     let threads: Vec<_> = (0..20)
         .map(|c| {
             let s = server.tcp();
@@ -229,7 +232,7 @@ fn many_connections_pipelined() {
 
 #[test]
 fn oversized_request_and_vanishing_clients() {
-    let server = Running::start(Config::default().max_request_bytes(1024));
+    let server = Running::start(Setup::default().max_request_bytes(1024));
     // A client that disappears mid-request and mid-batch.
     for partial in [
         r#"{"jsonrpc":"2.0","method":"ping","#,
@@ -263,7 +266,7 @@ fn oversized_request_and_vanishing_clients() {
 
 #[test]
 fn last_line_without_newline_is_answered_at_end_of_stream() {
-    let server = Running::start(Config::default());
+    let server = Running::start(Setup::default());
     let mut s = server.tcp();
     s.write_all(br#"{"jsonrpc":"2.0","method":"ping","id":1}"#)
         .unwrap();
@@ -277,7 +280,7 @@ fn last_line_without_newline_is_answered_at_end_of_stream() {
 
 #[test]
 fn several_reactors_share_the_listeners() {
-    let server = Running::start(Config::default().reactors(3).max_connections(40));
+    let server = Running::start(Setup::default().reactors(3).max_connections(40));
     let threads: Vec<_> = (0..30)
         .map(|c| {
             let s = server.tcp();
@@ -312,8 +315,8 @@ fn several_reactors_share_the_listeners() {
 
 #[test]
 fn slow_senders_are_timed_out() {
-    let config = Config::default().request_read_timeout(Some(Duration::from_millis(300)));
-    let mut server = Server::new(demo::engine(config)).unwrap();
+    let settings = ServerConfig::default().request_read_timeout(Some(Duration::from_millis(300)));
+    let mut server = Server::with_config(demo::engine(Config::default()), settings).unwrap();
     let tcp = server.listen_tcp("127.0.0.1:0").unwrap();
     let http = server.listen_http("127.0.0.1:0").unwrap();
     let handle = server.handle();
@@ -351,7 +354,7 @@ fn slow_senders_are_timed_out() {
 fn a_client_streaming_mid_line_is_not_a_slow_sender() {
     // Every read ends mid-request, but each request arrives well within the limit.
     let server =
-        Running::start(Config::default().request_read_timeout(Some(Duration::from_millis(300))));
+        Running::start(Setup::default().request_read_timeout(Some(Duration::from_millis(300))));
     let mut s = server.tcp();
     let req = |i: usize| format!("{{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":{i}}}\n");
     let n = 40;
@@ -409,7 +412,7 @@ fn a_refusal_reaches_a_client_still_sending() {
 
 #[test]
 fn max_connections_refuses_cleanly() {
-    let server = Running::start(Config::default().max_connections(2));
+    let server = Running::start(Setup::default().max_connections(2));
     let a = server.tcp();
     let b = server.tcp();
     // Both are served.
@@ -430,7 +433,7 @@ fn max_connections_refuses_cleanly() {
 
 #[test]
 fn graceful_shutdown_answers_calls_in_flight() {
-    let server = Running::start(Config::default().workers(2));
+    let server = Running::start(Setup::default().workers(2));
     let mut s = server.tcp();
     s.write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"sleep\",\"params\":{\"ms\":300},\"id\":1}\n{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":2}\n")
         .unwrap();

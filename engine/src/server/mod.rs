@@ -15,7 +15,7 @@
 //! One reactor thread reads, parses and answers cheap calls where they were read: a
 //! hand-off to another thread costs a cross-CPU wake-up (~35 µs on this kind of
 //! machine), far more than the call. Methods registered as blocking, alone or as batch
-//! elements, go to the worker pool (`Config::workers`), under `Config::request_timeout`.
+//! elements, go to the worker pool (`ServerConfig::workers`), under `Config::request_timeout`.
 //! See docs/ARCHITECTURE.md.
 
 mod conn;
@@ -34,6 +34,7 @@ use std::sync::Arc;
 
 use mio::net::{TcpListener, UnixListener};
 
+use crate::config::ServerConfig;
 use crate::engine::Engine;
 
 /// A non-blocking TCP listener on `addr`; with `reuse_port`, further listeners can bind
@@ -85,6 +86,7 @@ impl ServerHandle {
 /// A JSON-RPC server: listeners, a reactor and a worker pool around an [`Engine`].
 pub struct Server {
     engine: Arc<Engine>,
+    settings: Arc<ServerConfig>,
     poll: mio::Poll,
     listeners: Vec<Listener>,
     stop: Arc<AtomicBool>,
@@ -101,16 +103,33 @@ impl std::fmt::Debug for Server {
 }
 
 impl Server {
-    /// A server for `engine`, with no listeners yet.
+    /// A server for `engine` with the default [`ServerConfig`], with no listeners yet.
     ///
     /// # Errors
     ///
     /// If the OS refuses an event queue.
     pub fn new(engine: Engine) -> io::Result<Self> {
+        Self::with_config(engine, ServerConfig::default())
+    }
+
+    /// A server for `engine` with `settings`, with no listeners yet.
+    ///
+    /// # Errors
+    ///
+    /// If the OS refuses an event queue; `InvalidInput` for a CORS origin holding
+    /// anything but visible ASCII.
+    pub fn with_config(engine: Engine, settings: ServerConfig) -> io::Result<Self> {
+        crate::transport::http::Cors::new(&settings.cors_origins).map_err(|o| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("bad CORS origin {o:?}"),
+            )
+        })?;
         let poll = mio::Poll::new()?;
         let waker = Arc::new(mio::Waker::new(poll.registry(), reactor::WAKER)?);
         Ok(Self {
             engine: Arc::new(engine),
+            settings: Arc::new(settings),
             poll,
             listeners: Vec::new(),
             stop: Arc::new(AtomicBool::new(false)),
@@ -120,7 +139,7 @@ impl Server {
     }
 
     fn bind(&self, addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
-        let reuse_port = self.engine.config().reactors > 1;
+        let reuse_port = self.settings.reactors > 1;
         let mut last = None;
         for a in addr.to_socket_addrs()? {
             match bind_tcp(a, reuse_port) {

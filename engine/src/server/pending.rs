@@ -31,6 +31,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use super::pool::{Job, Pool};
 use crate::codec::Id;
+use crate::config::ServerConfig;
 use crate::dispatch::context::Connection;
 use crate::dispatch::hooks::{Answered, Hooks};
 use crate::dispatch::responder::{Complete, Responder, Tag};
@@ -288,7 +289,12 @@ pub(crate) enum Completed {
 
 impl Pending {
     /// The bookkeeping for a reactor woken by `waker`, submitting to `pool`.
-    pub(crate) fn new(pool: Arc<Pool>, waker: Arc<mio::Waker>, engine: &Engine) -> Self {
+    pub(crate) fn new(
+        pool: Arc<Pool>,
+        waker: Arc<mio::Waker>,
+        engine: &Engine,
+        settings: &ServerConfig,
+    ) -> Self {
         let config = engine.config();
         let (reply_to, done) = ReplyTo::new(waker);
         Self {
@@ -298,7 +304,7 @@ impl Pending {
             timers: BinaryHeap::new(),
             elems: Vec::new(),
             timeout: config.request_timeout,
-            batch_concurrency: config.batch_concurrency,
+            batch_concurrency: settings.batch_concurrency,
             max_response_bytes: config.max_response_bytes,
             hooks: engine.hooks().cloned(),
         }
@@ -597,7 +603,7 @@ mod tests {
         let pool = Arc::new(Pool::start(Arc::clone(&engine), 1, 1).unwrap());
         let poll = mio::Poll::new().unwrap();
         let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).unwrap());
-        let pending = Pending::new(pool, waker, &engine);
+        let pending = Pending::new(pool, waker, &engine, &ServerConfig::default());
         let n = COMPLETIONS + 1000;
         let completer = Arc::clone(&pending.reply_to);
         let t = std::thread::spawn(move || {

@@ -15,6 +15,7 @@ use super::pending::{Completed, Pending, Slot};
 use super::pool::Pool;
 use super::{Listener, Proto, Server};
 
+use crate::config::ServerConfig;
 use crate::dispatch::context::{Connection, Peer, Source, Transport};
 use crate::engine::{Engine, Outcome, Scratch, Split};
 use crate::transport::http::{self, HttpEvent, Reply, ServerHeaders};
@@ -42,6 +43,7 @@ static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 /// Everything the answering code needs besides the connection itself.
 struct Ctx {
     engine: Arc<Engine>,
+    settings: Arc<ServerConfig>,
     scratch: Scratch,
     /// Read buffers given back by quiet connections (see [`SPARE_BUFFERS`]).
     spare: Vec<BytesMut>,
@@ -59,6 +61,7 @@ struct Ctx {
 /// What one reactor thread owns.
 struct Parts {
     engine: Arc<Engine>,
+    settings: Arc<ServerConfig>,
     poll: mio::Poll,
     listeners: Vec<Listener>,
     stop: Arc<AtomicBool>,
@@ -73,17 +76,17 @@ struct Parts {
 pub(super) fn run(server: Server) -> io::Result<()> {
     let Server {
         engine,
+        settings,
         poll,
         listeners,
         stop,
         waker,
         signals,
     } = server;
-    let config = engine.config().clone();
     let pool = Arc::new(Pool::start(
         Arc::clone(&engine),
-        config.workers,
-        config.queue_capacity,
+        settings.workers,
+        settings.queue_capacity,
     )?);
     let open = Arc::new(AtomicUsize::new(0));
     // Further reactors: their own poll and their own TCP listeners bound beside the
@@ -104,7 +107,7 @@ pub(super) fn run(server: Server) -> io::Result<()> {
         }
         first_err
     };
-    for i in 1..config.reactors {
+    for i in 1..settings.reactors {
         let started =
             (|| -> io::Result<(Arc<mio::Waker>, std::thread::JoinHandle<io::Result<()>>)> {
                 let poll = mio::Poll::new()?;
@@ -120,6 +123,7 @@ pub(super) fn run(server: Server) -> io::Result<()> {
                 }
                 let parts = Parts {
                     engine: Arc::clone(&engine),
+                    settings: Arc::clone(&settings),
                     poll,
                     listeners: mine,
                     stop: Arc::clone(&stop),
@@ -148,6 +152,7 @@ pub(super) fn run(server: Server) -> io::Result<()> {
     }
     let result = serve(Parts {
         engine,
+        settings,
         poll,
         listeners,
         stop: Arc::clone(&stop),
@@ -171,6 +176,7 @@ pub(super) fn run(server: Server) -> io::Result<()> {
 fn serve(parts: Parts) -> io::Result<()> {
     let Parts {
         engine,
+        settings,
         mut poll,
         mut listeners,
         stop,
@@ -196,7 +202,7 @@ fn serve(parts: Parts) -> io::Result<()> {
             Listener::Unix(l, _) => poll.registry().register(l, t, Interest::READABLE)?,
         }
     }
-    let cors = http::Cors::new(&engine.config().cors_origins).map_err(|o| {
+    let cors = http::Cors::new(&settings.cors_origins).map_err(|o| {
         io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("bad CORS origin {o:?}"),
@@ -204,9 +210,10 @@ fn serve(parts: Parts) -> io::Result<()> {
     })?;
     let mut ctx = Ctx {
         scratch: engine.scratch(),
-        http: ServerHeaders::new(engine.config().idle_timeout, cors.clone()),
+        http: ServerHeaders::new(settings.idle_timeout, cors.clone()),
         cors,
-        pending: Pending::new(pool, Arc::clone(&waker), &engine),
+        pending: Pending::new(pool, Arc::clone(&waker), &engine, &settings),
+        settings,
         engine,
         spare: Vec::new(),
         open,
@@ -302,10 +309,10 @@ fn serve(parts: Parts) -> io::Result<()> {
                     close(&poll, &mut conns, k);
                 }
             }
-            if let Some(limit) = ctx.engine.config().request_read_timeout {
+            if let Some(limit) = ctx.settings.request_read_timeout {
                 slow_senders(&mut conns, &poll, limit, &ctx.http);
             }
-            if let Some(idle) = ctx.engine.config().idle_timeout {
+            if let Some(idle) = ctx.settings.idle_timeout {
                 let stale: Vec<usize> = conns
                     .iter()
                     .filter(|(_, c)| c.idle() && c.last_active.elapsed() > idle)
@@ -448,7 +455,7 @@ fn accept(
     generation: &mut u64,
     ctx: &Ctx,
 ) -> io::Result<bool> {
-    let config = ctx.engine.config();
+    let settings = &ctx.settings;
     loop {
         let (stream, decoder, transport, peer) = match l {
             Listener::Tcp(l, proto) => match l.accept() {
@@ -458,7 +465,11 @@ fn accept(
                         Proto::Line => (Decoder::Line(ctx.engine.decoder()), Transport::Tcp),
                         Proto::Http => (
                             Decoder::Http(Box::new(http::HttpDecoder::new(
-                                http::HttpLimits::from_config(config, ctx.cors.clone()),
+                                http::HttpLimits::from_config(
+                                    ctx.engine.config(),
+                                    settings,
+                                    ctx.cors.clone(),
+                                ),
                             ))),
                             Transport::Http,
                         ),
@@ -484,7 +495,7 @@ fn accept(
                 Err(_) => continue,
             },
         };
-        if ctx.open.load(Ordering::Relaxed) >= config.max_connections {
+        if ctx.open.load(Ordering::Relaxed) >= settings.max_connections {
             // Refused cleanly: accepted and closed at once; the others are unaffected.
             drop(stream);
             continue;
@@ -536,7 +547,7 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
         return false;
     }
     conn.flush();
-    let high_water = ctx.engine.config().write_high_water;
+    let high_water = ctx.settings.write_high_water;
     if conn.held && conn.may_answer(high_water) {
         // Requests received earlier waited for the output to drain: they come first.
         decode(ctx, conn, key, Some(high_water));

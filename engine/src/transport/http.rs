@@ -94,7 +94,7 @@ use std::time::{Duration, SystemTime};
 use bytes::{Buf, BytesMut};
 
 use crate::config::defaults::{DEFAULT_MAX_HEAD_BYTES, DEFAULT_MAX_REQUEST_BYTES};
-use crate::config::Config;
+use crate::config::{Config, ServerConfig};
 
 /// Default [`HttpLimits::max_headers`]: 64.
 pub(crate) const DEFAULT_MAX_HEADERS: usize = 64;
@@ -141,13 +141,17 @@ impl Default for HttpLimits {
 }
 
 impl HttpLimits {
-    /// The limits a [`Config`] sets: its `http_path`, `max_head_bytes` and
-    /// `max_request_bytes` (as `max_body_bytes`) and `cors`; `max_headers` keeps its
-    /// default.
-    pub(crate) fn from_config(config: &Config, cors: Option<Arc<Cors>>) -> Self {
+    /// The limits the settings set: the engine's `max_request_bytes` (as
+    /// `max_body_bytes`), the server's `http_path` and `max_head_bytes`, and `cors`;
+    /// `max_headers` keeps its default.
+    pub(crate) fn from_config(
+        config: &Config,
+        settings: &ServerConfig,
+        cors: Option<Arc<Cors>>,
+    ) -> Self {
         Self {
-            path: Cow::Owned(config.http_path.clone()),
-            max_head_bytes: config.max_head_bytes,
+            path: Cow::Owned(settings.http_path.clone()),
+            max_head_bytes: settings.max_head_bytes,
             max_body_bytes: config.request_limit(),
             max_headers: DEFAULT_MAX_HEADERS,
             cors,
@@ -2720,7 +2724,7 @@ mod tests {
     #[test]
     fn limits_from_config() {
         let config = Config::default().max_request_bytes(1234);
-        let l = HttpLimits::from_config(&config, None);
+        let l = HttpLimits::from_config(&config, &ServerConfig::default(), None);
         assert_eq!(HttpDecoder::new(l.clone()).limits(), &l);
         assert_eq!(l.max_body_bytes, 1234);
         assert_eq!(l.max_headers, DEFAULT_MAX_HEADERS);

@@ -7,8 +7,9 @@
 use std::path::PathBuf;
 
 use bytes::BytesMut;
-use ringrpc::{Config, Engine, LineDecoder, Outcome, Scratch};
+use ringrpc::{Config, Engine, LineDecoder, Outcome, Scratch, ServerConfig};
 use serde_json::Value;
+use std::time::Duration;
 
 /// The `-32700` Parse error code.
 pub const PARSE_ERROR: i64 = ringrpc::codes::PARSE_ERROR as i64;
@@ -179,4 +180,29 @@ pub fn show(bytes: &[u8]) -> String {
         String::new()
     };
     format!("{s:?}{more}")
+}
+
+/// The engine's limits and the server's settings, set in one chain (the tests mix them).
+#[derive(Clone, Default)]
+pub struct Setup(pub Config, pub ServerConfig);
+
+macro_rules! setters {
+    ($($part:tt: $($name:ident($t:ty)),*;)*) => {
+        impl Setup {
+            $($(
+                pub fn $name(mut self, v: $t) -> Self {
+                    self.$part = self.$part.$name(v);
+                    self
+                }
+            )*)*
+        }
+    };
+}
+
+setters! {
+    0: max_request_bytes(usize), max_response_bytes(usize), max_batch_len(usize),
+       request_timeout(Option<Duration>);
+    1: workers(usize), idle_timeout(Option<Duration>), request_read_timeout(Option<Duration>),
+       write_high_water(usize), batch_concurrency(usize), queue_capacity(usize),
+       cors_origin(&str), max_connections(usize), reactors(usize);
 }
