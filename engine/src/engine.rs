@@ -464,6 +464,39 @@ impl Engine {
         };
         // One lookup serves both the kind check and the call.
         let entry = self.registry.get(req.method);
+        // The common case first, with nothing to set up: no hooks, a plain method (or
+        // none) answered here.
+        let plain = entry.is_none_or(|e| {
+            !e.blocking && matches!(e.handler, Handler::Call(_) | Handler::Notify(_))
+        });
+        if plain && self.hooks.is_none() {
+            let d = dispatch(entry, req, None, source, out, limit, max);
+            defer.outcome(d.code);
+            return if d.wrote {
+                Answer::Wrote
+            } else {
+                Answer::Nothing
+            };
+        }
+        self.single_with(req, entry, nodes, raw, source, out, limit, defer)
+    }
+
+    /// [`Engine::single`] for the rest: hooks, context-aware handlers, calls answered
+    /// later.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn single_with(
+        &self,
+        req: crate::codec::request::Request<'_>,
+        entry: Option<&crate::dispatch::registry::Entry>,
+        nodes: &[Node<'_>],
+        raw: RawCtx<'_>,
+        source: &Source<'_>,
+        out: &mut Vec<u8>,
+        limit: usize,
+        defer: &mut impl Deferrals,
+    ) -> Answer {
+        let max = self.config.max_response_bytes;
         let hooks = self.hooks.as_deref().filter(|_| defer.hooks());
         let kind = entry.map(|e| (e.blocking, &e.handler));
         let later = matches!(kind, Some((true, _) | (_, Handler::Deferred(_))));

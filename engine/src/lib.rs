@@ -103,7 +103,9 @@ pub mod demo;
 mod dispatch;
 mod engine;
 mod error;
-/// Checks for the fuzz targets and their replay test; not a stable API.
+/// Checks for the fuzz targets and their replay tests (feature `fuzzing`); not a
+/// stable API.
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod serializer;

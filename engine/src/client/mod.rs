@@ -53,9 +53,11 @@
 
 mod address;
 mod batch;
-pub(crate) mod conn;
-pub(crate) mod error;
-pub(crate) mod http;
+mod conn;
+mod error;
+#[cfg(feature = "fuzzing")]
+pub(crate) mod fuzzing;
+mod http;
 
 pub use batch::{Batch, BatchKey, BatchReply};
 pub use error::{Error, ServerError, Violation};

@@ -31,6 +31,7 @@ pub(crate) struct Dispatched {
 /// or one built from `source`.
 ///
 /// A panicking handler becomes `-32603` for this call only.
+#[inline]
 pub(crate) fn dispatch(
     entry: Option<&Entry>,
     req: Request<'_>,

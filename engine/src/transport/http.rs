@@ -282,6 +282,11 @@ pub(crate) struct ServerHeaders {
     date_secs: u64,
     /// `Keep-Alive: timeout=N\r\n`, or empty without an idle timeout.
     keep_alive: Box<[u8]>,
+    /// The whole end of a head without CORS lines, kept alive or closing: `Date`,
+    /// `Connection` (and `Keep-Alive`), the empty line. Rebuilt with the date, so a
+    /// response's head costs one copy for all of them.
+    tail_keep: Vec<u8>,
+    tail_close: Vec<u8>,
     cors: Option<Arc<Cors>>,
 }
 
@@ -297,6 +302,8 @@ impl ServerHeaders {
             date: [0; DATE_LINE_LEN],
             date_secs: u64::MAX,
             keep_alive: keep_alive.into_boxed_slice(),
+            tail_keep: Vec::new(),
+            tail_close: Vec::new(),
             cors,
         };
         h.refresh(SystemTime::now());
@@ -320,6 +327,15 @@ impl ServerHeaders {
         if std::io::Write::write_fmt(&mut line, format_args!("Date: {date}\r\n")).is_err() {
             self.date = *b"Date: Thu, 01 Jan 1970 00:00:00 GMT\r\n";
         }
+        // (The same capacity every second: no allocation after the first.)
+        self.tail_keep.clear();
+        self.tail_keep.extend_from_slice(&self.date);
+        self.tail_keep.extend_from_slice(CONNECTION_KEEP_ALIVE);
+        self.tail_keep.extend_from_slice(&self.keep_alive);
+        self.tail_keep.extend_from_slice(b"\r\n");
+        self.tail_close.clear();
+        self.tail_close.extend_from_slice(&self.date);
+        self.tail_close.extend_from_slice(CONNECTION_CLOSE);
     }
 
     /// The `Date` line now in force.
@@ -341,14 +357,35 @@ impl ServerHeaders {
     /// Appends `Date`, the CORS lines, `Connection` (with `Keep-Alive` when kept alive)
     /// and the empty line that ends the head.
     fn finish_head(&self, out: &mut Vec<u8>, reply: Reply) {
-        out.extend_from_slice(&self.date);
-        out.extend_from_slice(self.cors_lines(reply.origin));
+        self.put_tail(reply, |part| out.extend_from_slice(part));
+    }
+
+    /// The end of a head for `reply`: the cached tail when it names no CORS origin.
+    fn tail(&self, reply: Reply) -> &[u8] {
+        match (reply.keep_alive, self.cors_lines(reply.origin).is_empty()) {
+            (true, true) => &self.tail_keep,
+            (false, true) => &self.tail_close,
+            // Not reached: callers with CORS lines write the parts (see `put_tail`).
+            _ => &[],
+        }
+    }
+
+    /// Writes the end of a head for `reply` through `put`: one cached piece, or with
+    /// CORS lines, the parts.
+    fn put_tail(&self, reply: Reply, mut put: impl FnMut(&[u8])) {
+        let cors = self.cors_lines(reply.origin);
+        if cors.is_empty() {
+            put(self.tail(reply));
+            return;
+        }
+        put(&self.date);
+        put(cors);
         if reply.keep_alive {
-            out.extend_from_slice(b"Connection: keep-alive\r\n");
-            out.extend_from_slice(&self.keep_alive);
-            out.extend_from_slice(b"\r\n");
+            put(CONNECTION_KEEP_ALIVE);
+            put(&self.keep_alive);
+            put(b"\r\n");
         } else {
-            out.extend_from_slice(CONNECTION_CLOSE);
+            put(CONNECTION_CLOSE);
         }
     }
 }
@@ -1692,15 +1729,7 @@ pub(crate) fn finish_json_response(
     head.put(JSON_HEAD);
     head.put(digits.format(body_len).as_bytes());
     head.put(b"\r\n");
-    head.put(&server.date);
-    head.put(server.cors_lines(reply.origin));
-    if reply.keep_alive {
-        head.put(CONNECTION_KEEP_ALIVE);
-        head.put(&server.keep_alive);
-        head.put(b"\r\n");
-    } else {
-        head.put(CONNECTION_CLOSE);
-    }
+    server.put_tail(reply, |part| head.put(part));
     let at = mark.start + head.at;
     out.copy_within(body_start.., at);
     out.truncate(at + body_len);
