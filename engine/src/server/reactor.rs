@@ -51,6 +51,8 @@ struct Ctx {
     open: Arc<AtomicUsize>,
     /// Calls answered later: pool calls and deferred methods.
     pending: Pending,
+    /// Connections given answers in this round of completions (reused).
+    touched: Vec<usize>,
     /// The lines every HTTP response carries (`Date`, `Keep-Alive`, CORS), refreshed
     /// once per loop turn.
     http: ServerHeaders,
@@ -214,6 +216,7 @@ fn serve(parts: Parts) -> io::Result<()> {
         cors,
         pending: Pending::new(pool, Arc::clone(&waker), &engine, &settings),
         settings,
+        touched: Vec::new(),
         engine,
         spare: Vec::new(),
         open,
@@ -811,6 +814,9 @@ fn completions(
     again: &mut Vec<(usize, u64)>,
 ) {
     ctx.pending.rearm();
+    // Every answer first, then each connection written once: a burst of completions
+    // for one connection costs one write, not one each.
+    let mut touched = std::mem::take(&mut ctx.touched);
     while let Some(done) = ctx.pending.next_done() {
         let completed = ctx.pending.complete(
             done,
@@ -818,9 +824,17 @@ fn completions(
             &ctx.http,
         );
         if let Completed::Into { conn } = completed {
-            settle(ctx, conns, poll, conn, again);
+            if touched.last() != Some(&conn) {
+                touched.push(conn);
+            }
         }
     }
+    touched.sort_unstable();
+    touched.dedup();
+    for conn in touched.drain(..) {
+        settle(ctx, conns, poll, conn, again);
+    }
+    ctx.touched = touched;
 }
 
 /// Answers calls whose deadline has passed with `-32001 Request timed out`.
