@@ -256,7 +256,7 @@ impl Engine {
         source: &Source<'_>,
         scratch: &mut Scratch,
         out: &mut Vec<u8>,
-        defer: &mut impl Deferrals,
+        defer: &mut dyn Deferrals,
     ) -> Split {
         let len = frame.len();
         if len > self.config.max_request_bytes {
@@ -377,7 +377,7 @@ impl Engine {
         raw: RawCtx<'_>,
         source: &Source<'_>,
         out: &mut Vec<u8>,
-        defer: &mut impl Deferrals,
+        defer: &mut dyn Deferrals,
     ) -> Split {
         let nodes = raw.root;
         let max = self.config.max_response_bytes;
@@ -447,7 +447,7 @@ impl Engine {
         source: &Source<'_>,
         out: &mut Vec<u8>,
         limit: usize,
-        defer: &mut impl Deferrals,
+        defer: &mut dyn Deferrals,
     ) -> Answer {
         let max = self.config.max_response_bytes;
         let req = match validate(nodes, raw) {
@@ -494,7 +494,7 @@ impl Engine {
         source: &Source<'_>,
         out: &mut Vec<u8>,
         limit: usize,
-        defer: &mut impl Deferrals,
+        defer: &mut dyn Deferrals,
     ) -> Answer {
         let max = self.config.max_response_bytes;
         let hooks = self.hooks.as_deref().filter(|_| defer.hooks());
@@ -601,7 +601,7 @@ impl Engine {
         source: &Source<'_>,
         scratch: &mut Scratch,
         out: &mut Vec<u8>,
-        defer: &mut impl Deferrals,
+        defer: &mut dyn Deferrals,
     ) -> Split {
         self.parse_and(frame, source, scratch, out, defer)
     }
