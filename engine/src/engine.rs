@@ -9,7 +9,8 @@ use bytes::BytesMut;
 use simd_json::{Buffers, ErrorType, Node, Tape, INPUT_PADDING};
 
 use crate::codec::raw::RawCtx;
-use crate::codec::request::{span, validate};
+use crate::codec::request::validate;
+use crate::codec::tape::elements;
 use crate::codec::{Id, LineDecoder};
 use crate::config::Config;
 use crate::dispatch::context::{Context, Source};
@@ -403,14 +404,10 @@ impl Engine {
                 );
                 Split::Done(Outcome::Reply)
             }
-            Some(&Node::Array { len, .. }) => {
+            Some(Node::Array { .. }) => {
                 let mut batch = BatchWriter::begin(out, max);
-                let mut rest = &nodes[1..];
                 let mut later = 0;
-                for _ in 0..len {
-                    let n = rest.first().map_or(0, span).min(rest.len());
-                    let (elem, tail) = rest.split_at(n);
-                    rest = tail;
+                for elem in elements(nodes) {
                     let mark = batch.element(out);
                     match self.single(elem, raw, source, out, batch.limit(), defer) {
                         Answer::Wrote => batch.kept(),

@@ -10,8 +10,8 @@ use simd_json::Node;
 
 use super::{encode, json_text, server_error, Client, Error, ServerError, Violation};
 use crate::codec::de::TapeDe;
-use crate::codec::request::span;
 use crate::codec::response::{validate_response, Body};
+use crate::codec::tape::elements;
 use crate::codec::Id;
 use crate::engine::Scratch;
 use crate::serializer::json::write_id;
@@ -157,8 +157,8 @@ impl BatchReply {
     /// Files each response of the answer under its call.
     fn fill(&mut self, raw: crate::codec::raw::RawCtx<'_>, first: u64) -> Result<(), Error> {
         let root = raw.root;
-        let len = match root.first() {
-            Some(&Node::Array { len, .. }) => len,
+        match root.first() {
+            Some(Node::Array { .. }) => {}
             Some(Node::Object { .. }) => {
                 // One error object for the whole batch (e.g. it was too long).
                 let r = validate_response(root).map_err(Error::Protocol)?;
@@ -172,12 +172,8 @@ impl BatchReply {
                 });
             }
             _ => return Err(Error::Protocol(Violation::NotAResponse)),
-        };
-        let mut rest = &root[1..];
-        for _ in 0..len {
-            let n = rest.first().map_or(0, span).min(rest.len());
-            let (elem, tail) = rest.split_at(n);
-            rest = tail;
+        }
+        for elem in elements(root) {
             let r = validate_response(elem).map_err(Error::Protocol)?;
             let slot = match r.id {
                 Id::UInt(u) if u >= first && u - first < self.results.len() as u64 => {

@@ -32,6 +32,7 @@ use super::error::Failure;
 use super::{http, Error, Options, Violation};
 use crate::codec::raw::RawCtx;
 use crate::codec::response::validate_response;
+use crate::codec::tape::elements;
 use crate::codec::{Id, LineDecoder};
 use crate::engine::Scratch;
 
@@ -927,15 +928,8 @@ pub(crate) fn frame_id(root: &[Node<'_>]) -> Result<Option<u64>, Failure> {
             Err(v) => bad(v),
         },
         Some(&Node::Array { len, .. }) if len > 0 => {
-            let mut rest = &root[1..];
             let mut found = None;
-            for _ in 0..len {
-                let n = rest
-                    .first()
-                    .map_or(0, crate::codec::request::span)
-                    .min(rest.len());
-                let (elem, tail) = rest.split_at(n);
-                rest = tail;
+            for elem in elements(root) {
                 // Elements are checked one by one by the batch's owner.
                 if let Ok(r) = validate_response(elem) {
                     match r.id {

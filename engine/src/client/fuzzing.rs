@@ -152,11 +152,8 @@ mod checks {
         let mut verdicts = Vec::new();
         match json {
             Json::Arr(items) => {
-                let mut rest = &raw.root[1..];
-                for item in items {
-                    let n = crate::codec::request::span(&rest[0]);
-                    let (elem, tail) = rest.split_at(n);
-                    rest = tail;
+                // The tape's array has `items.len()` elements: `tape_json` matched it.
+                for (elem, item) in crate::codec::tape::elements(raw.root).zip(items) {
                     verdicts.push(check_response(raw, elem, item, frame));
                 }
             }

@@ -9,7 +9,7 @@ use serde::de::{self, value::BorrowedStrDeserializer, IntoDeserializer, Visitor}
 use serde::forward_to_deserialize_any;
 use simd_json::{Node, StaticNode};
 
-use super::request::span;
+use super::tape::{elements, members, Elements, Members};
 
 /// Why params did not deserialize (serde's message).
 #[derive(Debug)]
@@ -63,23 +63,20 @@ impl<'de> de::Deserializer<'de> for TapeDe<'de> {
             // A visitor that stops early (a 2-tuple given 3 elements) is an error, as in
             // serde_json: extra params are not silently dropped.
             Node::Array { len, .. } => {
-                let mut seq = Seq {
-                    rest: &self.nodes[1..],
-                    left: len,
-                };
+                let mut seq = Seq(elements(self.nodes));
                 let v = visitor.visit_seq(&mut seq)?;
-                match seq.left {
+                match seq.0.len() {
                     0 => Ok(v),
                     _ => Err(de::Error::invalid_length(len, &"fewer elements in array")),
                 }
             }
             Node::Object { len, .. } => {
                 let mut map = Map {
-                    rest: &self.nodes[1..],
-                    left: len,
+                    members: members(self.nodes),
+                    value: &[],
                 };
                 let v = visitor.visit_map(&mut map)?;
-                match map.left {
+                match map.members.len() {
                     0 => Ok(v),
                     _ => Err(de::Error::invalid_length(len, &"fewer members in object")),
                 }
@@ -110,8 +107,8 @@ impl<'de> de::Deserializer<'de> for TapeDe<'de> {
     ) -> Result<V::Value, DeError> {
         match *self.head()? {
             Node::String(s) => visitor.visit_enum(BorrowedStrDeserializer::<DeError>::new(s)),
-            Node::Object { len: 1, .. } => match &self.nodes[1..] {
-                [Node::String(variant), value @ ..] => visitor.visit_enum(Enum {
+            Node::Object { len: 1, .. } => match members(self.nodes).next() {
+                Some(Ok((variant, value))) => visitor.visit_enum(Enum {
                     variant,
                     value: TapeDe::new(value),
                 }),
@@ -131,11 +128,8 @@ impl<'de> de::Deserializer<'de> for TapeDe<'de> {
     }
 }
 
-/// The elements of an array.
-struct Seq<'a> {
-    rest: &'a [Node<'a>],
-    left: usize,
-}
+/// The elements of an array; those not yet visited are left in the walk.
+struct Seq<'a>(Elements<'a>);
 
 impl<'de> de::SeqAccess<'de> for Seq<'de> {
     type Error = DeError;
@@ -144,25 +138,22 @@ impl<'de> de::SeqAccess<'de> for Seq<'de> {
         &mut self,
         seed: T,
     ) -> Result<Option<T::Value>, DeError> {
-        if self.left == 0 {
-            return Ok(None);
+        match self.0.next() {
+            Some(value) => seed.deserialize(TapeDe::new(value)).map(Some),
+            None => Ok(None),
         }
-        self.left -= 1;
-        let n = self.rest.first().map_or(0, span);
-        let (value, rest) = self.rest.split_at(n.min(self.rest.len()));
-        self.rest = rest;
-        seed.deserialize(TapeDe::new(value)).map(Some)
     }
 
     fn size_hint(&self) -> Option<usize> {
-        Some(self.left)
+        Some(self.0.len())
     }
 }
 
 /// The members of an object; keys are always strings on the tape.
 struct Map<'a> {
-    rest: &'a [Node<'a>],
-    left: usize,
+    members: Members<'a>,
+    /// The value of the member whose key was read last (serde asks for it next).
+    value: &'a [Node<'a>],
 }
 
 impl<'de> de::MapAccess<'de> for Map<'de> {
@@ -172,16 +163,14 @@ impl<'de> de::MapAccess<'de> for Map<'de> {
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, DeError> {
-        if self.left == 0 {
-            return Ok(None);
-        }
-        self.left -= 1;
-        match self.rest {
-            [Node::String(k), rest @ ..] => {
-                self.rest = rest;
-                seed.deserialize(BorrowedStrDeserializer::new(k)).map(Some)
+        match self.members.next() {
+            Some(Ok((key, value))) => {
+                self.value = value;
+                seed.deserialize(BorrowedStrDeserializer::new(key))
+                    .map(Some)
             }
-            _ => Err(de::Error::custom("malformed object")),
+            Some(Err(_)) => Err(de::Error::custom("malformed object")),
+            None => Ok(None),
         }
     }
 
@@ -189,14 +178,11 @@ impl<'de> de::MapAccess<'de> for Map<'de> {
         &mut self,
         seed: V,
     ) -> Result<V::Value, DeError> {
-        let n = self.rest.first().map_or(0, span);
-        let (value, rest) = self.rest.split_at(n.min(self.rest.len()));
-        self.rest = rest;
-        seed.deserialize(TapeDe::new(value))
+        seed.deserialize(TapeDe::new(self.value))
     }
 
     fn size_hint(&self) -> Option<usize> {
-        Some(self.left)
+        Some(self.members.len())
     }
 }
 

@@ -7,6 +7,8 @@ pub(crate) mod raw;
 pub(crate) mod request;
 #[cfg(feature = "client")]
 pub(crate) mod response;
+pub(crate) mod tape;
 
 pub use frame::LineDecoder;
-pub use request::{Id, Params};
+pub use request::Params;
+pub use tape::Id;

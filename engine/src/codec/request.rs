@@ -5,36 +5,12 @@
 //! object's members and afterwards only points into the tape (and, through it, into the
 //! frame): nothing is copied.
 
-use simd_json::{Node, StaticNode};
+use simd_json::Node;
 
 use super::de::{AbsentDe, TapeDe};
 use super::raw::RawCtx;
+use super::tape::{as_id, members, Id};
 use crate::error::RpcError;
-
-/// How many tape nodes the value starting at `node` spans (itself included).
-#[inline]
-pub(crate) fn span(node: &Node<'_>) -> usize {
-    match node {
-        Node::Object { count, .. } | Node::Array { count, .. } => count + 1,
-        _ => 1,
-    }
-}
-
-/// A request id, borrowed from the frame; echoed with the same type and value.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Id<'a> {
-    /// `"id": null` (a request, not a notification), or the id of an answer whose
-    /// request's id could not be read.
-    Null,
-    /// A string id (escapes already decoded).
-    Str(&'a str),
-    /// A negative integer id.
-    Int(i64),
-    /// A non-negative integer id.
-    UInt(u64),
-    /// A fractional id (the specification discourages them, but they are echoed).
-    Float(f64),
-}
 
 /// The params of a call: absent, an array or an object, borrowed from the parsed frame.
 ///
@@ -125,19 +101,6 @@ pub(crate) struct Invalid<'a> {
     pub(crate) reason: &'static str,
 }
 
-/// Reads a scalar tape node as an id, if it can be one.
-pub(crate) fn as_id<'a>(node: &Node<'a>) -> Option<Id<'a>> {
-    Some(match *node {
-        Node::String(s) => Id::Str(s),
-        Node::Static(StaticNode::Null) => Id::Null,
-        Node::Static(StaticNode::I64(i)) if i < 0 => Id::Int(i),
-        Node::Static(StaticNode::I64(i)) => Id::UInt(i as u64),
-        Node::Static(StaticNode::U64(u)) => Id::UInt(u),
-        Node::Static(StaticNode::F64(f)) => Id::Float(f),
-        _ => return None,
-    })
-}
-
 /// Validates the value spanning `nodes` as a Request object.
 ///
 /// One pass over the members. Unknown members are ignored (the specification does not
@@ -148,7 +111,7 @@ pub(crate) fn validate<'a>(
     raw: RawCtx<'a>,
 ) -> Result<Request<'a>, Invalid<'a>> {
     let invalid = |id, reason| Err(Invalid { id, reason });
-    let Some(&Node::Object { len, .. }) = nodes.first() else {
+    let Some(Node::Object { .. }) = nodes.first() else {
         return invalid(Id::Null, "Invalid Request: not a JSON-RPC request object");
     };
     let mut version: Option<bool> = None;
@@ -156,15 +119,10 @@ pub(crate) fn validate<'a>(
     let mut params: Option<Option<&'a [Node<'a>]>> = None;
     let mut id: Option<Option<Id<'a>>> = None;
     let mut dup = false;
-    let mut rest = &nodes[1..];
-    for _ in 0..len {
-        let (key, value) = match rest {
-            [Node::String(k), v, ..] => (*k, v),
-            _ => return invalid(Id::Null, "Invalid Request: malformed object"),
+    for member in members(nodes) {
+        let Ok((key, value_nodes @ [value, ..])) = member else {
+            return invalid(Id::Null, "Invalid Request: malformed object");
         };
-        let n = span(value);
-        let value_nodes = &rest[1..1 + n];
-        rest = &rest[1 + n..];
         let slot_taken = match key {
             "jsonrpc" => version
                 .replace(matches!(value, Node::String("2.0")))

@@ -3,8 +3,7 @@
 
 use simd_json::{Node, StaticNode};
 
-use super::request::{as_id, span};
-use super::Id;
+use super::tape::{as_id, members, Id};
 
 /// How the server broke the protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -76,34 +75,19 @@ pub(crate) enum Body<'a> {
     },
 }
 
-/// Iterates over an object's members: `(key, value nodes)`.
-fn members<'a>(
-    nodes: &'a [Node<'a>],
-    len: usize,
-) -> impl Iterator<Item = Result<(&'a str, &'a [Node<'a>]), Violation>> {
-    let mut rest = nodes.get(1..).unwrap_or(&[]);
-    (0..len).map(move |_| match rest {
-        [Node::String(k), v, ..] => {
-            let n = span(v).min(rest.len() - 1);
-            let value = &rest[1..1 + n];
-            rest = &rest[1 + n..];
-            Ok((*k, value))
-        }
-        _ => Err(Violation::NotAResponse),
-    })
-}
-
 /// Validates the value spanning `nodes` as a Response object.
 pub(crate) fn validate_response<'a>(nodes: &'a [Node<'a>]) -> Result<Response<'a>, Violation> {
-    let Some(&Node::Object { len, .. }) = nodes.first() else {
+    let Some(Node::Object { .. }) = nodes.first() else {
         return Err(Violation::NotAResponse);
     };
     let mut version = None;
     let mut id = None;
     let mut result = None;
     let mut error = None;
-    for m in members(nodes, len) {
-        let (key, value) = m?;
+    for m in members(nodes) {
+        let Ok((key, value @ [_, ..])) = m else {
+            return Err(Violation::NotAResponse);
+        };
         let taken = match key {
             "jsonrpc" => version
                 .replace(matches!(value.first(), Some(Node::String("2.0"))))
@@ -132,12 +116,14 @@ pub(crate) fn validate_response<'a>(nodes: &'a [Node<'a>]) -> Result<Response<'a
 
 /// Reads `{"code": int, "message": string, "data"?: any}`.
 fn error_object<'a>(nodes: &'a [Node<'a>]) -> Result<Body<'a>, Violation> {
-    let Some(&Node::Object { len, .. }) = nodes.first() else {
+    let Some(Node::Object { .. }) = nodes.first() else {
         return Err(Violation::BadErrorObject);
     };
     let (mut code, mut message, mut data) = (None, None, None);
-    for m in members(nodes, len) {
-        let (key, value) = m?;
+    for m in members(nodes) {
+        let Ok((key, value @ [_, ..])) = m else {
+            return Err(Violation::NotAResponse);
+        };
         let taken = match key {
             "code" => {
                 let c = match value.first() {

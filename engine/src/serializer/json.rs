@@ -5,7 +5,7 @@ use std::fmt;
 
 use simd_json::{Node, StaticNode};
 
-use crate::codec::request::span;
+use crate::codec::tape::{elements, members};
 use crate::codec::Id;
 
 /// For each byte: 0 = copy as is, otherwise the escape to write (`b'u'` = `\u00XX`).
@@ -102,34 +102,28 @@ pub(crate) fn write_value(out: &mut Vec<u8>, nodes: &[Node<'_>]) {
         Node::Static(StaticNode::F64(f)) => write_f64(out, f),
         #[allow(unreachable_patterns)]
         Node::Static(_) => out.extend_from_slice(b"null"),
-        Node::Array { len, .. } => {
+        Node::Array { .. } => {
             out.push(b'[');
-            let mut rest = &nodes[1..];
-            for i in 0..len {
+            for (i, element) in elements(nodes).enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
-                let n = rest.first().map_or(0, span).min(rest.len());
-                write_value(out, &rest[..n]);
-                rest = &rest[n..];
+                write_value(out, element);
             }
             out.push(b']');
         }
-        Node::Object { len, .. } => {
+        Node::Object { .. } => {
             out.push(b'{');
-            let mut rest = &nodes[1..];
-            for i in 0..len {
+            for (i, member) in members(nodes).enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
-                let [Node::String(k), tail @ ..] = rest else {
+                let Ok((k, value)) = member else {
                     break;
                 };
                 write_str(out, k);
                 out.push(b':');
-                let n = tail.first().map_or(0, span).min(tail.len());
-                write_value(out, &tail[..n]);
-                rest = &tail[n..];
+                write_value(out, value);
             }
             out.push(b'}');
         }
