@@ -122,8 +122,8 @@ pub use engine::{Engine, Outcome, Scratch};
 pub use error::{AppCode, ErrorCode, FrameError, RegisterError, RpcError};
 pub use serializer::ResultWriter;
 
-/// The README's embedding example, compiled and run as a doctest.
-#[cfg(doctest)]
+/// The README's examples, compiled and run as doctests (they use the client too).
+#[cfg(all(doctest, feature = "client"))]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
 
