@@ -9,86 +9,39 @@ mod util;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ringrpc::client::{Client, Options};
-use ringrpc::server::{Server, ServerHandle};
+use ringrpc::server::Server;
 use ringrpc::{
     demo, Config, Engine, Params, Registry, RegistryBuilder, Responder, RpcError, ServerConfig,
 };
 use serde_json::{json, Value};
 use util::check_reply;
+use util::server::Served;
 
 const IO_TIMEOUT: Duration = Duration::from_secs(20);
 
-struct Running {
-    tcp: SocketAddr,
-    http: SocketAddr,
-    unix: PathBuf,
-    handle: ServerHandle,
-    thread: Option<JoinHandle<std::io::Result<()>>>,
+/// A server of `builder`'s methods under `config` and `settings`.
+fn start_with(builder: RegistryBuilder, config: Config, settings: ServerConfig) -> Served {
+    Served::start(Engine::new(builder.freeze(), config), settings)
 }
 
-impl Running {
-    fn start(builder: RegistryBuilder, config: Config) -> Self {
-        Self::start_with(builder, config, ServerConfig::default())
-    }
-
-    fn start_with(builder: RegistryBuilder, config: Config, settings: ServerConfig) -> Self {
-        let engine = Engine::new(builder.freeze(), config);
-        let mut server = Server::with_config(engine, settings).unwrap();
-        let tcp = server.listen_tcp("127.0.0.1:0").unwrap();
-        let http = server.listen_http("127.0.0.1:0").unwrap();
-        let unix = std::env::temp_dir().join(format!(
-            "ringrpc-deferred-{}-{}.sock",
-            std::process::id(),
-            tcp.port()
-        ));
-        server.listen_unix(&unix).unwrap();
-        let handle = server.handle();
-        let thread = Some(std::thread::spawn(move || server.run()));
-        Self {
-            tcp,
-            http,
-            unix,
-            handle,
-            thread,
-        }
-    }
-
-    fn client(&self, scheme: &str) -> Client {
-        let url = match scheme {
-            "tcp" => format!("tcp://{}", self.tcp),
-            "http" => format!("http://{}/", self.http),
-            _ => format!("unix://{}", self.unix.display()),
-        };
-        Client::connect_with(&url, Options::default().timeout(IO_TIMEOUT)).unwrap()
-    }
-
-    /// Shuts down and waits (at most 10 s) for `run()` to return `Ok`.
-    fn stop(mut self) {
-        self.handle.shutdown();
-        let t = self.thread.take().expect("stopped twice");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !t.is_finished() {
-            assert!(
-                Instant::now() < deadline,
-                "run() did not return within 10 s"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        t.join().unwrap().unwrap();
-    }
+/// As [`start_with`], with the default server settings.
+fn start(builder: RegistryBuilder, config: Config) -> Served {
+    start_with(builder, config, ServerConfig::default())
 }
 
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.handle.shutdown();
-    }
+/// A client of `server` over `scheme` (`tcp`, `http` or `unix`).
+fn client(server: &Served, scheme: &str) -> Client {
+    let url = match scheme {
+        "tcp" => format!("tcp://{}", server.tcp),
+        "http" => format!("http://{}/", server.http),
+        _ => format!("unix://{}", server.unix.display()),
+    };
+    Client::connect_with(&url, Options::default().timeout(IO_TIMEOUT)).unwrap()
 }
 
 /// A line-transport connection speaking raw JSON lines.
@@ -130,13 +83,13 @@ fn code(v: &Value) -> i64 {
 fn a_thousand_delays_on_one_worker_take_one_delay_not_a_thousand() {
     // With `sleep` (a blocking method) on one worker these would take 100 s; `delay`
     // holds no thread while it waits.
-    let server = Running::start_with(
+    let server = start_with(
         demo::builder(),
         Config::default(),
         ServerConfig::default().workers(1),
     );
     for scheme in ["tcp", "http"] {
-        let clients: Vec<Client> = (0..10).map(|_| server.client(scheme)).collect();
+        let clients: Vec<Client> = (0..10).map(|_| client(&server, scheme)).collect();
         let started = Instant::now();
         let mut pending = Vec::new();
         for c in &clients {
@@ -190,7 +143,7 @@ fn parking(parked: Arc<Mutex<Vec<(u64, Responder)>>>) -> RegistryBuilder {
 fn responder_rules() {
     let parked = Arc::new(Mutex::new(Vec::new()));
     let config = Config::default().request_timeout(Some(Duration::from_millis(150)));
-    let server = Running::start(parking(Arc::clone(&parked)), config);
+    let server = start(parking(Arc::clone(&parked)), config);
     let mut c = Lines::connect(server.tcp);
 
     // Dropped unanswered, or dropped by a panic: -32603 saying so; the server lives on.
@@ -259,7 +212,7 @@ fn responder_rules() {
 
 #[test]
 fn a_batch_mixes_inline_pool_and_deferred_elements_in_one_array() {
-    let server = Running::start_with(
+    let server = start_with(
         demo::builder(),
         Config::default(),
         ServerConfig::default().workers(1),
@@ -323,7 +276,7 @@ fn a_batch_mixes_inline_pool_and_deferred_elements_in_one_array() {
 
 #[test]
 fn shutdown_waits_for_open_responders() {
-    let server = Running::start(demo::builder(), Config::default());
+    let server = start(demo::builder(), Config::default());
     let mut c = Lines::connect(server.tcp);
     c.send(r#"{"jsonrpc":"2.0","method":"delay","params":[300],"id":1}"#);
     c.send(r#"{"jsonrpc":"2.0","method":"delay","params":[200],"id":2}"#);
@@ -331,12 +284,11 @@ fn shutdown_waits_for_open_responders() {
     // machine): calls received before shutdown must be answered.
     std::thread::sleep(Duration::from_millis(200));
     let started = Instant::now();
-    let Running { handle, thread, .. } = &server;
+    let handle = &server.handle;
     // Both were received before shutdown: both are answered before run() returns.
     handle.shutdown();
     assert_eq!(c.recv(), json!({"jsonrpc":"2.0","id":1,"result":null}));
     assert_eq!(c.recv(), json!({"jsonrpc":"2.0","id":2,"result":null}));
-    assert!(thread.is_some());
     server.stop();
     assert!(started.elapsed() < Duration::from_secs(10));
 }
@@ -344,9 +296,9 @@ fn shutdown_waits_for_open_responders() {
 #[test]
 fn responders_completed_from_many_threads_at_once() {
     let parked = Arc::new(Mutex::new(Vec::new()));
-    let server = Running::start(parking(Arc::clone(&parked)), Config::default());
+    let server = start(parking(Arc::clone(&parked)), Config::default());
     const CALLS: u64 = 2000;
-    let clients: Vec<Client> = (0..4).map(|_| server.client("tcp")).collect();
+    let clients: Vec<Client> = (0..4).map(|_| client(&server, "tcp")).collect();
     let answered = Arc::new(AtomicUsize::new(0));
     // Eight threads answer whatever is parked, as soon as it is.
     let completers: Vec<_> = (0..8)
@@ -383,7 +335,7 @@ fn responders_completed_from_many_threads_at_once() {
 
 #[test]
 fn whoami_reports_the_peer_the_client_socket_has() {
-    let server = Running::start(demo::builder(), Config::default());
+    let server = start(demo::builder(), Config::default());
     // TCP: the client's own address.
     let mut c = Lines::connect(server.tcp);
     let local = c.w.local_addr().unwrap();
@@ -449,7 +401,7 @@ fn fallback_routes_and_relayed_errors() {
             }
         }
     });
-    let server = Running::start(b, Config::default());
+    let server = start(b, Config::default());
     let mut c = Lines::connect(server.tcp);
     c.send(r#"{"jsonrpc":"2.0","method":"known","id":1}"#);
     assert_eq!(c.recv()["result"], 1);

@@ -3,61 +3,39 @@
 mod util;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use ringrpc::server::{Server, ServerHandle};
+use ringrpc::server::Server;
 use ringrpc::{demo, Config, ServerConfig};
 use serde_json::{json, Value};
+use util::server::Served;
 use util::Setup;
 
-struct Running {
-    tcp: SocketAddr,
-    unix: PathBuf,
-    handle: ServerHandle,
-    thread: Option<JoinHandle<std::io::Result<()>>>,
-}
+/// A demo server with `setup`.
+struct Running(Served);
 
 impl Running {
     fn start(setup: Setup) -> Self {
-        let mut server = Server::with_config(demo::engine(setup.0), setup.1).unwrap();
-        let tcp = server.listen_tcp("127.0.0.1:0").unwrap();
-        let unix = std::env::temp_dir().join(format!(
-            "ringrpc-test-{}-{}.sock",
-            std::process::id(),
-            tcp.port()
-        ));
-        server.listen_unix(&unix).unwrap();
-        let handle = server.handle();
-        let thread = Some(std::thread::spawn(move || server.run()));
-        Self {
-            tcp,
-            unix,
-            handle,
-            thread,
-        }
+        Self(Served::start(demo::engine(setup.0), setup.1))
     }
 
     fn tcp(&self) -> TcpStream {
-        let s = TcpStream::connect(self.tcp).unwrap();
+        let s = TcpStream::connect(self.0.tcp).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         s
     }
 
-    fn stop(mut self) {
-        self.handle.shutdown();
-        if let Some(t) = self.thread.take() {
-            t.join().unwrap().unwrap();
-        }
+    fn stop(self) {
+        self.0.stop();
     }
 }
 
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.handle.shutdown();
+impl std::ops::Deref for Running {
+    type Target = Served;
+    fn deref(&self) -> &Served {
+        &self.0
     }
 }
 

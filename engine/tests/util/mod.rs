@@ -4,6 +4,8 @@
 //! Include with `mod util;` from a test file. Not every test uses every helper.
 #![allow(dead_code)]
 
+pub mod server;
+
 use std::path::PathBuf;
 
 use bytes::BytesMut;
