@@ -1,0 +1,248 @@
+//! Header fields: what a request head's fields say ([`Fields`], gathered in one pass),
+//! the rules for their values, and the CORS policy the `Origin` field is checked against.
+
+use std::sync::Arc;
+
+use super::request::TraceId;
+use super::HttpError;
+
+/// The CORS policy: which origins' pages may call the server. Built once from
+/// [`Config`](crate::Config)'s `cors_origin`s and shared by every connection.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Cors {
+    /// `*` was configured: every origin is allowed.
+    any: bool,
+    /// The allowed origins, byte for byte.
+    origins: Vec<Box<[u8]>>,
+    /// Per origin, the header lines that echo it: `Access-Control-Allow-Origin: O` and
+    /// `Vary: Origin` (the answer depends on the request's `Origin`).
+    lines: Vec<Box<[u8]>>,
+}
+
+const ALLOW_ANY_ORIGIN: &[u8] = b"Access-Control-Allow-Origin: *\r\n";
+
+impl Cors {
+    /// The policy for `origins` (`"*"` allows any); `Ok(None)` when there are none.
+    ///
+    /// # Errors
+    ///
+    /// The first origin that is empty or holds anything but visible ASCII (it would
+    /// break the header line it is echoed in).
+    pub(crate) fn new(origins: &[String]) -> Result<Option<Arc<Self>>, String> {
+        if origins.is_empty() {
+            return Ok(None);
+        }
+        let mut cors = Self {
+            any: false,
+            origins: Vec::new(),
+            lines: Vec::new(),
+        };
+        for o in origins {
+            if o.is_empty() || !o.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(o.clone());
+            }
+            if o == "*" {
+                cors.any = true;
+                continue;
+            }
+            cors.origins.push(o.as_bytes().into());
+            let line = format!("Access-Control-Allow-Origin: {o}\r\nVary: Origin\r\n");
+            cors.lines.push(line.into_bytes().into_boxed_slice());
+        }
+        Ok(Some(Arc::new(cors)))
+    }
+
+    /// What a request with `Origin: value` is allowed.
+    pub(super) fn check(&self, value: &[u8]) -> Origin {
+        match self.origins.iter().position(|o| **o == *value) {
+            Some(i) => Origin::Listed(u16::try_from(i).unwrap_or(u16::MAX)),
+            None if self.any => Origin::Any,
+            None => Origin::Refused,
+        }
+    }
+
+    /// The header lines a response to `origin` carries (empty for none).
+    pub(super) fn lines(&self, origin: Origin) -> &[u8] {
+        match origin {
+            Origin::None | Origin::Refused => b"",
+            Origin::Any => ALLOW_ANY_ORIGIN,
+            Origin::Listed(i) => self.lines.get(usize::from(i)).map_or(&[], |l| &l[..]),
+        }
+    }
+}
+
+/// What the CORS policy says of a request's `Origin`. Small and `Copy`: an index into
+/// [`Cors`], so the request's bytes need not be kept until the answer is written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// No `Origin` header, or CORS is off: no CORS headers in the answer.
+    #[default]
+    None,
+    /// An origin the policy does not allow: no CORS headers (the browser then refuses
+    /// the page the answer).
+    Refused,
+    /// Allowed by `*`: `Access-Control-Allow-Origin: *`.
+    Any,
+    /// The configured origin at this index: echoed, with `Vary: Origin`.
+    Listed(u16),
+}
+
+impl Origin {
+    /// CORS headers go out for this origin.
+    pub(super) fn allowed(self) -> bool {
+        matches!(self, Self::Any | Self::Listed(_))
+    }
+}
+
+/// The head's fields that matter, gathered in one pass.
+#[derive(Default)]
+pub(super) struct Fields<'h> {
+    /// `Host` fields seen.
+    pub(super) hosts: u8,
+    /// The `Content-Length`, if any (every value seen was this one).
+    pub(super) length: Option<u64>,
+    /// A `Transfer-Encoding` was seen.
+    pub(super) te: bool,
+    /// How many times `chunked` was named.
+    pub(super) te_chunked: u8,
+    /// The last coding named was `chunked`.
+    pub(super) te_chunked_last: bool,
+    /// A coding other than `chunked` was named.
+    pub(super) te_other: bool,
+    /// `Connection: close`.
+    pub(super) close: bool,
+    /// `Connection: keep-alive`.
+    pub(super) keep_alive: bool,
+    /// A Content-Type other than the JSON ones was seen.
+    pub(super) not_json: bool,
+    /// A Content-Encoding other than `identity` was seen.
+    pub(super) encoded: bool,
+    /// `Expect: 100-continue`.
+    pub(super) expect: bool,
+    /// The first `X-Trace-Id`, if valid.
+    pub(super) trace_id: Option<TraceId>,
+    /// The first `Origin`.
+    pub(super) origin: Option<&'h [u8]>,
+}
+
+impl<'h> Fields<'h> {
+    /// Takes in one field (its value trimmed).
+    pub(super) fn add(&mut self, name: &[u8], value: &'h [u8]) -> Result<(), HttpError> {
+        let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+        match name.len() {
+            4 if is(b"host") => self.hosts = self.hosts.saturating_add(1),
+            6 if is(b"expect") => self.expect |= value.eq_ignore_ascii_case(b"100-continue"),
+            6 if is(b"origin") => {
+                self.origin.get_or_insert(value);
+            }
+            10 if is(b"connection") => {
+                for token in list(value) {
+                    self.close |= token.eq_ignore_ascii_case(b"close");
+                    self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+                }
+            }
+            10 if is(b"x-trace-id") && self.trace_id.is_none() => {
+                self.trace_id = TraceId::parse(value);
+            }
+            12 if is(b"content-type") => self.not_json |= !is_json(value),
+            16 if is(b"content-encoding") => {
+                self.encoded |= list(value).any(|c| !c.eq_ignore_ascii_case(b"identity"));
+            }
+            14 if is(b"content-length") => {
+                // RFC 9110 §8.6: a list of identical values may be accepted as one.
+                for element in value.split(|&b| b == b',') {
+                    let n = parse_length(trim(element))?;
+                    match self.length {
+                        Some(m) if m != n => return Err(HttpError::ConflictingLengths),
+                        _ => self.length = Some(n),
+                    }
+                }
+            }
+            17 if is(b"transfer-encoding") => {
+                self.te = true;
+                for coding in list(value) {
+                    if coding.eq_ignore_ascii_case(b"chunked") {
+                        self.te_chunked = self.te_chunked.saturating_add(1);
+                        self.te_chunked_last = true;
+                    } else {
+                        self.te_other = true;
+                        self.te_chunked_last = false;
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The path part of a request target: the query string dropped, an absolute-form
+/// target (`http://host/p`) reduced to its path.
+pub(super) fn request_path(target: &str) -> &str {
+    let scheme = |prefix: &str| {
+        target
+            .as_bytes()
+            .get(..prefix.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(prefix.as_bytes()))
+    };
+    let authority = if scheme("http://") {
+        target.get(7..)
+    } else if scheme("https://") {
+        target.get(8..)
+    } else {
+        None
+    };
+    let target = match authority {
+        Some(rest) => rest.find('/').map_or("/", |i| &rest[i..]),
+        None => target,
+    };
+    target.split('?').next().unwrap_or(target)
+}
+
+/// `application/json`, `application/json-rpc` or `application/jsonrequest`, any case,
+/// with any parameters.
+fn is_json(value: &[u8]) -> bool {
+    let media_type = value.split(|&b| b == b';').next().unwrap_or_default();
+    let t = trim(media_type);
+    [
+        &b"application/json"[..],
+        b"application/json-rpc",
+        b"application/jsonrequest",
+    ]
+    .iter()
+    .any(|json| t.eq_ignore_ascii_case(json))
+}
+
+/// `1*DIGIT` as a u64, or [`HttpError::ContentLength`].
+fn parse_length(digits: &[u8]) -> Result<u64, HttpError> {
+    if digits.is_empty() {
+        return Err(HttpError::ContentLength);
+    }
+    digits.iter().try_fold(0u64, |n, &b| {
+        if !b.is_ascii_digit() {
+            return Err(HttpError::ContentLength);
+        }
+        n.checked_mul(10)
+            .and_then(|n| n.checked_add(u64::from(b - b'0')))
+            .ok_or(HttpError::ContentLength)
+    })
+}
+
+/// The non-empty, trimmed elements of a comma-separated field value.
+fn list(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|&b| b == b',')
+        .map(trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// `value` without leading and trailing spaces and tabs (OWS).
+pub(super) fn trim(value: &[u8]) -> &[u8] {
+    let is_ows = |b: &u8| *b == b' ' || *b == b'\t';
+    let start = value.iter().position(|b| !is_ows(b)).unwrap_or(value.len());
+    let end = value
+        .iter()
+        .rposition(|b| !is_ows(b))
+        .map_or(start, |i| i + 1);
+    &value[start..end]
+}
