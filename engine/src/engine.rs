@@ -313,10 +313,23 @@ impl Engine {
         scratch: &mut Scratch,
         out: &mut Vec<u8>,
     ) -> usize {
+        self.handle_lines_from(buf, decoder, &Source::default(), scratch, out)
+    }
+
+    /// As [`Engine::handle_lines`], for frames from `source` (see
+    /// [`Engine::handle_from`]).
+    pub fn handle_lines_from(
+        &self,
+        buf: &mut BytesMut,
+        decoder: &mut LineDecoder,
+        source: &Source<'_>,
+        scratch: &mut Scratch,
+        out: &mut Vec<u8>,
+    ) -> usize {
         let mut replies = 0;
         loop {
             let outcome = match decoder.decode(buf) {
-                Ok(Some(frame)) => self.handle(&frame, scratch, out),
+                Ok(Some(frame)) => self.handle_from(&frame, source, scratch, out),
                 Ok(None) => return replies,
                 Err(e) => self.write_frame_error(e, out),
             };

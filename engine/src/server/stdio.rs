@@ -5,6 +5,7 @@ use std::io::{self, Read, Write};
 
 use bytes::BytesMut;
 
+use crate::dispatch::context::{Connection, Peer, Source, Transport};
 use crate::engine::Engine;
 
 /// Bytes asked of each `read`.
@@ -36,6 +37,9 @@ fn stdin_ready() -> bool {
 /// If reading stdin or writing stdout fails.
 pub fn serve_stdio(engine: &Engine) -> io::Result<()> {
     let (mut decoder, mut scratch) = (engine.decoder(), engine.scratch());
+    // The process's one connection: its peer is whoever started it.
+    let conn = Connection::new(Transport::Stdio, Peer::Unknown, 0);
+    let source = Source::new(&conn);
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut out = Vec::with_capacity(FLUSH_AT * 2);
     let mut stdin = io::stdin().lock();
@@ -61,11 +65,11 @@ pub fn serve_stdio(engine: &Engine) -> io::Result<()> {
         if n == 0 {
             if !buf.is_empty() {
                 buf.extend_from_slice(b"\n");
-                engine.handle_lines(&mut buf, &mut decoder, &mut scratch, &mut out);
+                engine.handle_lines_from(&mut buf, &mut decoder, &source, &mut scratch, &mut out);
             }
             stdout.write_all(&out)?;
             return stdout.flush();
         }
-        engine.handle_lines(&mut buf, &mut decoder, &mut scratch, &mut out);
+        engine.handle_lines_from(&mut buf, &mut decoder, &source, &mut scratch, &mut out);
     }
 }
