@@ -1,10 +1,12 @@
 //! The client's HTTP/1.1: request heads, and responses decoded off the read buffer
 //! (head parsed with httparse into stack storage; `Content-Length`, chunked, or
-//! read-until-close bodies), resuming across reads.
+//! read-until-close bodies), resuming across reads. Chunked bodies go through the
+//! server's de-chunker (`transport/http/chunked.rs`) with its lenient rules.
 
 use bytes::{Buf, BytesMut};
 
 use super::Violation;
+use crate::transport::http::chunked::{ChunkError, ChunkLimits, Chunked, Strictness};
 
 /// The longest response head accepted.
 pub(crate) const MAX_HEAD_BYTES: usize = 16 * 1024;
@@ -58,32 +60,6 @@ enum Length {
     UntilClose,
 }
 
-/// Where a chunked body's decoding stands. Its bytes are de-chunked in place: the
-/// payload is moved to the front of the buffer as it arrives (`decoded` bytes), over
-/// the framing already consumed; `pos` is how far into the buffer the wire bytes have
-/// been consumed.
-#[derive(Default)]
-struct Chunked {
-    decoded: usize,
-    pos: usize,
-    step: Step,
-    /// Bytes of trailers so far.
-    trailers: usize,
-}
-
-#[derive(Default)]
-enum Step {
-    /// Expecting a chunk-size line.
-    #[default]
-    Size,
-    /// Inside a chunk's payload, with this many bytes left.
-    Data(usize),
-    /// Expecting the CRLF after a chunk's payload.
-    DataEnd,
-    /// After the last chunk: trailer lines up to an empty one.
-    Trailers,
-}
-
 /// What a complete head says.
 enum Head {
     /// A 1xx interim response, skipped.
@@ -115,22 +91,19 @@ impl Decoder {
             Length::Exact(n) if buf.len() < *n => return Ok(None),
             Length::Exact(n) => buf.split_to(*n),
             Length::Chunked(c) => {
-                let done = c.advance(buf, max_body)?;
-                // Chunk extensions and trailers are not body: without this bound
-                // endless framing would grow the buffer without limit. The framing may
-                // cost as much again as the body. Checked on the wire bytes consumed
-                // (all of `buf` while incomplete) whether or not the body is complete,
-                // so the verdict does not depend on how the bytes were split into reads.
-                let wire = if done { c.pos } else { buf.len() };
-                if wire > max_chunked(max_body) {
-                    return Err(Violation::TooLarge);
+                let limits = ChunkLimits {
+                    max_body,
+                    max_line: MAX_HEAD_BYTES,
+                    max_trailers: MAX_HEAD_BYTES,
+                    // Chunk extensions and trailers are not body: without this bound
+                    // endless framing would be read without limit. The framing may cost
+                    // as much again as the body.
+                    max_wire: max_chunked(max_body),
+                };
+                match c.decode(buf, &limits).map_err(violation)? {
+                    Some(body) => body,
+                    None => return Ok(None),
                 }
-                if !done {
-                    return Ok(None);
-                }
-                let body = buf.split_to(c.decoded);
-                buf.advance(c.pos - c.decoded);
-                body
             }
             Length::UntilClose if buf.len() > max_body => return Err(Violation::TooLarge),
             Length::UntilClose if !eof => return Ok(None),
@@ -206,7 +179,7 @@ fn head(buf: &mut BytesMut, max_body: usize) -> Result<Option<Head>, Violation> 
         _ if status == 204 || status == 304 => Length::Exact(0),
         (Some(n), _) if n > max_body => return Err(Violation::TooLarge),
         (Some(n), _) => Length::Exact(n),
-        (None, true) => Length::Chunked(Chunked::default()),
+        (None, true) => Length::Chunked(Chunked::new(Strictness::Lenient)),
         (None, false) => Length::UntilClose,
     };
     Ok(Some(Head::Final(Partial {
@@ -216,78 +189,16 @@ fn head(buf: &mut BytesMut, max_body: usize) -> Result<Option<Head>, Violation> 
     })))
 }
 
-impl Chunked {
-    /// Consumes what has arrived of the body; `true` once it is complete (payload at
-    /// `buf[..decoded]`, wire bytes up to `pos`). Each byte is looked at once, except
-    /// an incomplete chunk-size line, re-parsed per read and at most 16 KiB long.
-    fn advance(&mut self, buf: &mut BytesMut, max_body: usize) -> Result<bool, Violation> {
-        loop {
-            let raw = &buf[self.pos..];
-            match self.step {
-                // The line's bound holds for a complete line as for a partial one.
-                Step::Size => match httparse::parse_chunk_size(raw) {
-                    Ok(httparse::Status::Complete((used, size))) if used <= MAX_HEAD_BYTES => {
-                        self.pos += used;
-                        if size == 0 {
-                            self.step = Step::Trailers;
-                            continue;
-                        }
-                        let size = usize::try_from(size).map_err(|_| Violation::TooLarge)?;
-                        if self.decoded.saturating_add(size) > max_body {
-                            return Err(Violation::TooLarge);
-                        }
-                        self.step = Step::Data(size);
-                    }
-                    Ok(httparse::Status::Partial) if raw.len() <= MAX_HEAD_BYTES => {
-                        return Ok(false)
-                    }
-                    Ok(_) => return Err(Violation::TooLarge),
-                    Err(_) => return Err(Violation::BadHttp("malformed chunk size")),
-                },
-                Step::Data(left) => {
-                    let n = left.min(raw.len());
-                    if n == 0 {
-                        return Ok(false);
-                    }
-                    if self.decoded != self.pos {
-                        buf.copy_within(self.pos..self.pos + n, self.decoded);
-                    }
-                    self.decoded += n;
-                    self.pos += n;
-                    self.step = if n == left {
-                        Step::DataEnd
-                    } else {
-                        Step::Data(left - n)
-                    };
-                }
-                Step::DataEnd => {
-                    let Some(end) = raw.get(..2) else {
-                        return Ok(false);
-                    };
-                    if end != b"\r\n" {
-                        return Err(Violation::BadHttp("chunk without CRLF"));
-                    }
-                    self.pos += 2;
-                    self.step = Step::Size;
-                }
-                Step::Trailers => {
-                    let Some(nl) = memchr::memchr(b'\n', raw) else {
-                        if self.trailers + raw.len() > MAX_HEAD_BYTES {
-                            return Err(Violation::BadHttp("trailers too large"));
-                        }
-                        return Ok(false);
-                    };
-                    let empty = nl == 0 || (nl == 1 && raw[0] == b'\r');
-                    self.pos += nl + 1;
-                    self.trailers += nl + 1;
-                    if empty {
-                        return Ok(true);
-                    }
-                    if self.trailers > MAX_HEAD_BYTES {
-                        return Err(Violation::BadHttp("trailers too large"));
-                    }
-                }
-            }
+/// What a chunked body's refusal is to the client.
+fn violation(e: ChunkError) -> Violation {
+    match e {
+        ChunkError::Size => Violation::BadHttp("malformed chunk size"),
+        ChunkError::DataEnd => Violation::BadHttp("chunk without CRLF"),
+        ChunkError::TrailersTooLarge => Violation::BadHttp("trailers too large"),
+        // Not reached: a lenient trailer line may hold any byte.
+        ChunkError::Trailer => Violation::BadHttp("malformed trailer"),
+        ChunkError::LineTooLong | ChunkError::BodyTooLarge | ChunkError::WireTooLarge => {
+            Violation::TooLarge
         }
     }
 }

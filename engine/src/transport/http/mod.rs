@@ -86,8 +86,9 @@
 //! # Files
 //!
 //! As hyper's `proto/h1`: `request.rs` decodes requests ([`HttpDecoder`]), `fields.rs`
-//! reads their header fields (and holds the CORS policy), `chunked.rs` de-chunks bodies,
-//! `response.rs` writes answers.
+//! reads their header fields (and holds the CORS policy), `chunked.rs` de-chunks bodies
+//! (the client's response decoder uses it too, with lenient rules), `response.rs` writes
+//! answers.
 
 pub(crate) mod chunked;
 mod fields;
@@ -98,8 +99,9 @@ mod testing;
 
 // The names the rest of the crate uses (the server, the fuzz checks); the files here
 // share them through these too.
+pub(crate) use chunked::MAX_CHUNK_LINE;
 pub(crate) use fields::{Cors, Origin};
-pub(crate) use request::{HttpDecoder, HttpError, HttpEvent, HttpLimits, MAX_CHUNK_LINE};
+pub(crate) use request::{HttpDecoder, HttpError, HttpEvent, HttpLimits};
 pub(crate) use response::{
     begin_json_response, cancel_json_response, close_after_last, finish_json_response,
     write_continue, write_health, write_no_content, write_preflight, write_refusal, write_status,

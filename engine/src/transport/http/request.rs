@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use bytes::{Buf, BytesMut};
 
-use super::chunked::Chunked;
+use super::chunked::{ChunkError, ChunkLimits, Chunked, Strictness};
 use super::fields::{request_path, trim, Fields};
-use super::{Cors, Origin, Reply};
+use super::{Cors, Origin, Reply, MAX_CHUNK_LINE};
 use crate::config::defaults::{DEFAULT_MAX_HEAD_BYTES, DEFAULT_MAX_REQUEST_BYTES};
 use crate::config::{Config, ServerConfig};
 
@@ -20,8 +20,6 @@ pub(crate) const DEFAULT_MAX_HEADERS: usize = 64;
 pub(crate) const MAX_HEADERS_CEILING: usize = 256;
 /// The path of the health check, `GET` only.
 pub(crate) const HEALTH_PATH: &str = "/health";
-/// The longest chunk-size line accepted (hex size, extensions and CRLF), in bytes.
-pub(crate) const MAX_CHUNK_LINE: usize = 4096;
 /// The longest `X-Trace-Id` value kept, in bytes; longer values are ignored rather than
 /// truncated (a truncated id would correlate with the wrong trace).
 pub(crate) const TRACE_ID_MAX: usize = 64;
@@ -72,6 +70,18 @@ impl HttpLimits {
             max_body_bytes: config.request_limit(),
             max_headers: DEFAULT_MAX_HEADERS,
             cors,
+        }
+    }
+
+    /// A chunked body's bounds: `max_body_bytes`, [`MAX_CHUNK_LINE`] per size line and
+    /// `max_head_bytes` of trailers. None on the framing as a whole: the decoder holds
+    /// at most one line of it (see the module's security bound).
+    fn chunk_limits(&self) -> ChunkLimits {
+        ChunkLimits {
+            max_body: self.max_body_bytes,
+            max_line: MAX_CHUNK_LINE,
+            max_trailers: self.max_head_bytes,
+            max_wire: usize::MAX,
         }
     }
 }
@@ -223,6 +233,20 @@ impl HttpError {
     }
 }
 
+/// The refusal for bad chunked framing: 413 and 431 for the bounds, 400 for the rest (a
+/// size line over [`MAX_CHUNK_LINE`] included).
+fn chunk_error(e: ChunkError) -> HttpError {
+    match e {
+        ChunkError::BodyTooLarge => HttpError::BodyTooLarge,
+        ChunkError::TrailersTooLarge => HttpError::TrailersTooLarge,
+        ChunkError::Size | ChunkError::DataEnd | ChunkError::Trailer | ChunkError::LineTooLong => {
+            HttpError::Chunk
+        }
+        // Not reached: the server sets no wire bound (`chunk_limits`).
+        ChunkError::WireTooLarge => HttpError::BodyTooLarge,
+    }
+}
+
 /// What the front of the read buffer held.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum HttpEvent {
@@ -306,7 +330,7 @@ enum State {
     /// A `Content-Length` body of `len` (`<= max_body_bytes`) bytes.
     Body { len: usize, meta: RpcMeta },
     /// A chunked body.
-    Chunked(Chunked),
+    Chunked { chunked: Chunked, meta: RpcMeta },
     /// Discarding `left` bytes of a refused request's body.
     Skip { left: usize },
     /// The connection is finishing: everything that arrives is dropped.
@@ -322,7 +346,7 @@ impl State {
 
 /// What an accepted JSON-RPC request carries from its head to its [`HttpEvent::Rpc`].
 #[derive(Debug)]
-pub(super) struct RpcMeta {
+struct RpcMeta {
     reply: Reply,
     trace_id: Option<TraceId>,
     /// The request's head (request line and header lines), split off the read buffer
@@ -332,7 +356,7 @@ pub(super) struct RpcMeta {
 
 impl RpcMeta {
     /// The meta, leaving an empty head behind.
-    pub(super) fn take(&mut self) -> Self {
+    fn take(&mut self) -> Self {
         Self {
             reply: self.reply,
             trace_id: self.trace_id,
@@ -443,18 +467,14 @@ impl HttpDecoder {
                     let body = buf.split_to(*len);
                     Step::Event(self.rpc(body, meta))
                 }
-                State::Chunked(chunked) => {
-                    let max_head = self.limits.max_head_bytes;
-                    match chunked.run(buf, self.limits.max_body_bytes, max_head) {
+                State::Chunked { chunked, meta } => {
+                    match chunked.decode(buf, &self.limits.chunk_limits()) {
                         Ok(None) => Step::NeedMore,
-                        Ok(Some(len)) => {
-                            let meta = chunked.meta.take();
-                            let gap = chunked.pos - len;
-                            let body = buf.split_to(len);
-                            buf.advance(gap);
+                        Ok(Some(body)) => {
+                            let meta = meta.take();
                             Step::Event(self.rpc(body, meta))
                         }
-                        Err(e) => Step::Event(self.refuse_and_close(buf, e)),
+                        Err(e) => Step::Event(self.refuse_and_close(buf, chunk_error(e))),
                     }
                 }
                 State::Skip { left } => {
@@ -721,7 +741,10 @@ impl HttpDecoder {
         match plan {
             Plan::Rpc { body, expect, meta } => {
                 self.state = match body {
-                    Framing::Chunked => State::Chunked(Chunked::new(meta)),
+                    Framing::Chunked => State::Chunked {
+                        chunked: Chunked::new(Strictness::Strict),
+                        meta,
+                    },
                     // `plan` checked the length against `max_body_bytes`, a usize.
                     Framing::Length(n) => State::Body {
                         len: usize::try_from(n).unwrap_or(usize::MAX),
