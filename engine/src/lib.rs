@@ -103,6 +103,7 @@ pub mod demo;
 mod dispatch;
 mod engine;
 mod error;
+mod guard;
 /// Checks for the fuzz targets and their replay tests (feature `fuzzing`); not a
 /// stable API.
 #[cfg(feature = "fuzzing")]

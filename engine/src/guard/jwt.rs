@@ -1,0 +1,1 @@
+//! JSON Web Tokens (HS256) for `--jwt-secret`.
