@@ -15,6 +15,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use ringrpc::guard::{Guard, GuardError};
 use ringrpc::{defaults, demo, server::Server, Config, ServerConfig};
 
 /// Serve the ringrpc demo methods (subtract, sum, update, notify_hello, notify_sum,
@@ -80,6 +81,18 @@ struct Args {
     /// add Access-Control-Allow-Origin. Repeatable; "*" allows any origin.
     #[arg(long, value_name = "ORIGIN")]
     cors_origin: Vec<String>,
+    /// Require callers to authenticate with the keys of this TOML file (HTTP:
+    /// `Authorization: Bearer TOKEN`; TCP/Unix/stdio: `rpc.auth` first); reloaded on
+    /// SIGHUP. See docs/OPERATIONS.md.
+    #[arg(long, value_name = "PATH")]
+    auth_file: Option<PathBuf>,
+    /// Also accept HS256 JSON Web Tokens signed with the 32-byte hex secret in FILE.
+    #[arg(long, value_name = "FILE")]
+    jwt_secret: Option<PathBuf>,
+    /// Limit anonymous callers per peer address to RATE calls/s (burst BURST), each
+    /// batch element counted.
+    #[arg(long, value_name = "RATE[:BURST]")]
+    rate_limit: Option<String>,
 }
 
 fn millis(ms: u64) -> Option<Duration> {
@@ -118,8 +131,33 @@ fn settings(a: &Args) -> ServerConfig {
     s
 }
 
+/// Authentication and rate limits, if any flag asks for them.
+fn guard(a: &Args) -> Result<Option<Guard>, GuardError> {
+    if a.auth_file.is_none() && a.jwt_secret.is_none() && a.rate_limit.is_none() {
+        return Ok(None);
+    }
+    let mut g = Guard::new();
+    if let Some(path) = &a.auth_file {
+        g = g.with_key_file(path)?;
+    }
+    if let Some(path) = &a.jwt_secret {
+        g = g.with_jwt_secret_file(path)?;
+    }
+    if let Some(spec) = &a.rate_limit {
+        g = g.with_peer_rate_limit(spec)?;
+    }
+    Ok(Some(g))
+}
+
 fn serve(a: Args) -> std::io::Result<()> {
-    let engine = demo::engine(config(&a));
+    let mut engine = demo::engine(config(&a));
+    let guarded = match guard(&a).map_err(std::io::Error::other)? {
+        Some(g) => {
+            engine = engine.with_guard(g);
+            true
+        }
+        None => false,
+    };
     if a.stdio {
         return ringrpc::server::serve_stdio(&engine);
     }
@@ -142,6 +180,9 @@ fn serve(a: Args) -> std::io::Result<()> {
         lines.push(format!("listening unix {}", path.display()));
     }
     server.shutdown_on_signals()?;
+    if guarded && a.auth_file.is_some() {
+        server.reload_on_sighup()?;
+    }
     // Bound and registered: connections are accepted from here on (the kernel queues
     // them until the loop runs).
     // Best effort: whoever started the server may stop reading its output (a script

@@ -19,6 +19,7 @@ use crate::dispatch::hooks::{Answered, Hooks};
 use crate::dispatch::registry::{Handler, Registry};
 use crate::dispatch::responder::{Complete, Responder, Tag};
 use crate::error::{ErrorCode, FrameError};
+use crate::guard::Guard;
 use crate::serializer::batch::BatchWriter;
 use crate::serializer::response::write_error;
 
@@ -101,6 +102,9 @@ pub struct Engine {
     registry: Registry,
     config: Config,
     hooks: Option<Arc<dyn Hooks>>,
+    guard: Option<Arc<Guard>>,
+    /// Neither hooks nor a guard: plain calls take the straight path.
+    bare: bool,
 }
 
 impl std::fmt::Debug for Engine {
@@ -109,6 +113,7 @@ impl std::fmt::Debug for Engine {
             .field("registry", &self.registry)
             .field("config", &self.config)
             .field("hooks", &self.hooks.is_some())
+            .field("guard", &self.guard)
             .finish()
     }
 }
@@ -120,6 +125,8 @@ impl Engine {
             registry,
             config,
             hooks: None,
+            guard: None,
+            bare: true,
         }
     }
 
@@ -127,7 +134,22 @@ impl Engine {
     /// before.
     pub fn with_hooks(mut self, hooks: impl Hooks) -> Self {
         self.hooks = Some(Arc::new(hooks));
+        self.bare = false;
         self
+    }
+
+    /// The engine with `guard` checking every call and batch element before it runs:
+    /// authentication, allow-lists, rate limits (see [`Guard`]). Checked before the
+    /// hooks' `before`.
+    pub fn with_guard(mut self, guard: Guard) -> Self {
+        self.guard = Some(Arc::new(guard));
+        self.bare = false;
+        self
+    }
+
+    /// The guard in force, if any (say, to [`Guard::reload`] it on SIGHUP).
+    pub fn guard(&self) -> Option<&Guard> {
+        self.guard.as_deref()
     }
 
     /// The hooks in force.
@@ -479,7 +501,7 @@ impl Engine {
         let plain = entry.is_none_or(|e| {
             !e.blocking && matches!(e.handler, Handler::Call(_) | Handler::Notify(_))
         });
-        if plain && self.hooks.is_none() {
+        if plain && self.bare {
             let d = dispatch(entry, req, None, source, out, limit, max);
             defer.outcome(d.code);
             return if d.wrote {
@@ -507,7 +529,14 @@ impl Engine {
         defer: &mut dyn Deferrals,
     ) -> Answer {
         let max = self.config.max_response_bytes;
-        let hooks = self.hooks.as_deref().filter(|_| defer.hooks());
+        // The server's pool jobs were checked where they were read.
+        let checks = defer.hooks();
+        if let (Some(g), true) = (&self.guard, checks) {
+            if let Err(denied) = self.guard_call(g, &req, source, out, defer) {
+                return denied;
+            }
+        }
+        let hooks = self.hooks.as_deref().filter(|_| checks);
         let kind = entry.map(|e| (e.blocking, &e.handler));
         let later = matches!(kind, Some((true, _) | (_, Handler::Deferred(_))));
         // A context is built only for hooks and for handlers that read it.
@@ -583,6 +612,55 @@ impl Engine {
         }
     }
 
+    /// The guard's checks for one call: `Err` holds the answer when it was refused (or
+    /// was `rpc.auth`, answered here).
+    #[inline]
+    fn guard_call(
+        &self,
+        g: &Guard,
+        req: &crate::codec::request::Request<'_>,
+        source: &Source<'_>,
+        out: &mut Vec<u8>,
+        defer: &mut dyn Deferrals,
+    ) -> Result<(), Answer> {
+        let verdict = if req.method == "rpc.auth" {
+            let id = req.id.unwrap_or(Id::Null);
+            let mark = out.len();
+            match g.rpc_auth(source, &req.params, id, out) {
+                Ok(()) => {
+                    defer.outcome(None);
+                    if req.id.is_none() {
+                        out.truncate(mark);
+                        return Err(Answer::Nothing);
+                    }
+                    return Err(Answer::Wrote);
+                }
+                Err(denied) => Err(denied),
+            }
+        } else {
+            g.admit(source, req.method)
+        };
+        let Err(denied) = verdict else {
+            return Ok(());
+        };
+        let code = denied.code().code();
+        if let crate::guard::Denied::Limited(l) = denied {
+            defer.limited(l.retry_after_ns);
+        }
+        defer.outcome(Some(code));
+        if let Some(h) = self.hooks.as_deref() {
+            self.after(h, req.method, Some(code), req.id.is_none(), None);
+        }
+        match req.id {
+            Some(id) => {
+                let who = source.session.and_then(crate::guard::Session::identity);
+                denied.write(out, id, req.method, who.as_deref());
+                Err(Answer::Wrote)
+            }
+            None => Err(Answer::Nothing),
+        }
+    }
+
     /// Runs the after hook for a call answered here.
     #[cold]
     fn after(
@@ -650,6 +728,10 @@ pub(crate) trait Deferrals {
     /// The error code (`None`: a result) of a call the engine answered itself.
     fn outcome(&mut self, code: Option<i32>) {
         let _ = code;
+    }
+    /// A call refused by a rate limit, which allows it again in `retry_after_ns`.
+    fn limited(&mut self, retry_after_ns: u64) {
+        let _ = retry_after_ns;
     }
 }
 

@@ -23,6 +23,18 @@ pub const SERVER_BUSY: i32 = -32000;
 pub const REQUEST_TIMEOUT: i32 = -32001;
 /// `-32002`: the call's response would exceed `max_response_bytes`.
 pub const RESPONSE_TOO_LARGE: i32 = -32002;
+/// `-32005`: a rate limit was reached (EIP-1474's "limit exceeded"); `data` says
+/// `{"reason":"rate_limited","retryAfterMs":N}`.
+pub const LIMIT_EXCEEDED: i32 = -32005;
+/// `-32040`: the caller is not authenticated (no token, an unknown or expired one).
+pub const UNAUTHENTICATED: i32 = -32040;
+/// `-32041`: the caller's identity may not call the method.
+pub const PERMISSION_DENIED: i32 = -32041;
+/// `-32042`: a retried call is still running under its first attempt; `data` carries
+/// `retryAfterMs`.
+pub const IN_PROGRESS: i32 = -32042;
+/// `-32043`: a retried call's key was used before with another method or params.
+pub const FINGERPRINT_MISMATCH: i32 = -32043;
 
 /// The lowest code of the range the specification reserves (`-32768..=-32000`).
 pub const RESERVED_MIN: i32 = -32768;
@@ -85,6 +97,16 @@ pub enum ErrorCode {
     RequestTimeout,
     /// [`RESPONSE_TOO_LARGE`]
     ResponseTooLarge,
+    /// [`LIMIT_EXCEEDED`]
+    LimitExceeded,
+    /// [`UNAUTHENTICATED`]
+    Unauthenticated,
+    /// [`PERMISSION_DENIED`]
+    PermissionDenied,
+    /// [`IN_PROGRESS`]
+    InProgress,
+    /// [`FINGERPRINT_MISMATCH`]
+    FingerprintMismatch,
     /// An application-defined code.
     Application(AppCode),
     /// Any other code, relayed as it came (from an upstream server: see
@@ -104,6 +126,11 @@ impl ErrorCode {
             Self::ServerBusy => SERVER_BUSY,
             Self::RequestTimeout => REQUEST_TIMEOUT,
             Self::ResponseTooLarge => RESPONSE_TOO_LARGE,
+            Self::LimitExceeded => LIMIT_EXCEEDED,
+            Self::Unauthenticated => UNAUTHENTICATED,
+            Self::PermissionDenied => PERMISSION_DENIED,
+            Self::InProgress => IN_PROGRESS,
+            Self::FingerprintMismatch => FINGERPRINT_MISMATCH,
             Self::Application(c) => c.get(),
             Self::Relayed(c) => c,
         }
@@ -120,6 +147,11 @@ impl ErrorCode {
             Self::ServerBusy => "Server busy",
             Self::RequestTimeout => "Request timed out",
             Self::ResponseTooLarge => "Response too large",
+            Self::LimitExceeded => "Limit exceeded",
+            Self::Unauthenticated => "Unauthenticated",
+            Self::PermissionDenied => "Permission denied",
+            Self::InProgress => "In progress",
+            Self::FingerprintMismatch => "Fingerprint mismatch",
             Self::Application(_) => "Application error",
             Self::Relayed(_) => "Relayed error",
         }
@@ -192,6 +224,11 @@ impl RpcError {
             ErrorCode::ServerBusy,
             ErrorCode::RequestTimeout,
             ErrorCode::ResponseTooLarge,
+            ErrorCode::LimitExceeded,
+            ErrorCode::Unauthenticated,
+            ErrorCode::PermissionDenied,
+            ErrorCode::InProgress,
+            ErrorCode::FingerprintMismatch,
         ];
         let code = match known.into_iter().find(|k| k.code() == code) {
             Some(k) => k,

@@ -103,12 +103,12 @@ pub mod demo;
 mod dispatch;
 mod engine;
 mod error;
-mod guard;
 /// Checks for the fuzz targets and their replay tests (feature `fuzzing`); not a
 /// stable API.
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod guard;
 mod serializer;
 pub mod server;
 mod transport;
@@ -131,7 +131,8 @@ pub struct ReadmeDoctests;
 /// The error codes, as constants (see docs/PROTOCOL.md).
 pub mod codes {
     pub use crate::error::{
-        INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
-        REQUEST_TIMEOUT, RESERVED_MAX, RESERVED_MIN, RESPONSE_TOO_LARGE, SERVER_BUSY,
+        FINGERPRINT_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, IN_PROGRESS,
+        LIMIT_EXCEEDED, METHOD_NOT_FOUND, PARSE_ERROR, PERMISSION_DENIED, REQUEST_TIMEOUT,
+        RESERVED_MAX, RESERVED_MIN, RESPONSE_TOO_LARGE, SERVER_BUSY, UNAUTHENTICATED,
     };
 }

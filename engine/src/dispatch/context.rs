@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::codec::Id;
+use crate::guard::Session;
 
 /// How a request arrived.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -180,6 +181,8 @@ fn trim(v: &[u8]) -> &[u8] {
 pub struct Source<'a> {
     pub(crate) conn: &'a Connection,
     pub(crate) headers: Option<Headers<'a>>,
+    /// The connection's authentication, when a [`Guard`](crate::guard::Guard) is set.
+    pub(crate) session: Option<&'a Session>,
 }
 
 impl<'a> Source<'a> {
@@ -188,6 +191,7 @@ impl<'a> Source<'a> {
         Self {
             conn,
             headers: None,
+            session: None,
         }
     }
 
@@ -197,6 +201,16 @@ impl<'a> Source<'a> {
         Self {
             conn,
             headers: Some(Headers::new(head)),
+            session: None,
+        }
+    }
+
+    /// The same source, on a connection whose authentication `session` keeps (one
+    /// [`Session`] per connection; see [`Guard`](crate::guard::Guard)).
+    pub fn with_session(self, session: &'a Session) -> Self {
+        Self {
+            session: Some(session),
+            ..self
         }
     }
 }
@@ -245,12 +259,16 @@ impl<'a> Context<'a> {
             method,
             id,
             deadline,
-            identity: OnceCell::new(),
+            identity: match source.session.and_then(Session::identity) {
+                Some(who) => OnceCell::from(who),
+                None => OnceCell::new(),
+            },
         }
     }
 
-    /// Who the caller is, as a [`Hooks::before`](crate::Hooks::before) hook established
-    /// it (say, from an `Authorization` header); `None` if no hook set it.
+    /// Who the caller is: the identity the engine's [`Guard`](crate::guard::Guard)
+    /// authenticated, or as a [`Hooks::before`](crate::Hooks::before) hook established
+    /// it; `None` for an anonymous caller.
     pub fn identity(&self) -> Option<&str> {
         self.identity.get().map(|s| &**s)
     }

@@ -14,6 +14,7 @@ use mio::net::{TcpStream, UnixStream};
 use super::pending::Slot;
 use crate::codec::LineDecoder;
 use crate::dispatch::context::Connection;
+use crate::guard::Session;
 use crate::transport::http::HttpDecoder;
 
 /// A connected stream socket.
@@ -93,6 +94,8 @@ pub(crate) const LINGER: std::time::Duration = std::time::Duration::from_secs(1)
 pub(crate) struct Conn {
     /// Transport, peer and id, for call contexts.
     pub(crate) info: Connection,
+    /// Who authenticated on the connection (with a guard set).
+    pub(crate) session: Session,
     pub(crate) stream: Stream,
     pub(crate) decoder: Decoder,
     pub(crate) generation: u64,
@@ -133,6 +136,7 @@ impl Conn {
     ) -> Self {
         Self {
             info,
+            session: Session::new(),
             stream,
             decoder,
             generation,

@@ -92,6 +92,8 @@ pub struct Server {
     stop: Arc<AtomicBool>,
     waker: Arc<mio::Waker>,
     signals: Option<std::os::unix::net::UnixStream>,
+    /// The thread reloading the guard's key file on SIGHUP, stopped when `run` returns.
+    reload: Option<signal_hook::iterator::Handle>,
 }
 
 impl std::fmt::Debug for Server {
@@ -118,7 +120,9 @@ impl Server {
     ///
     /// If the OS refuses an event queue; `InvalidInput` for a CORS origin holding
     /// anything but visible ASCII.
-    pub fn with_config(engine: Engine, settings: ServerConfig) -> io::Result<Self> {
+    /// The engine may be shared (an `Arc<Engine>`): the caller keeps a reference to it
+    /// while the server runs (to reload its guard, say).
+    pub fn with_config(engine: impl Into<Arc<Engine>>, settings: ServerConfig) -> io::Result<Self> {
         crate::transport::http::Cors::new(&settings.cors_origins).map_err(|o| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -128,13 +132,14 @@ impl Server {
         let poll = mio::Poll::new()?;
         let waker = Arc::new(mio::Waker::new(poll.registry(), reactor::WAKER)?);
         Ok(Self {
-            engine: Arc::new(engine),
+            engine: engine.into(),
             settings: Arc::new(settings),
             poll,
             listeners: Vec::new(),
             stop: Arc::new(AtomicBool::new(false)),
             waker,
             signals: None,
+            reload: None,
         })
     }
 
@@ -218,6 +223,34 @@ impl Server {
         Ok(())
     }
 
+    /// Reloads the engine's [`Guard`](crate::guard::Guard) key file on SIGHUP (see
+    /// [`Guard::reload`](crate::guard::Guard::reload)), on a thread of its own so the
+    /// reactors never read files. Connections stay open. A reload that fails (a syntax
+    /// error in the new file, say) keeps the old keys and prints why on stderr.
+    ///
+    /// # Errors
+    ///
+    /// If the signal handler cannot be installed.
+    pub fn reload_on_sighup(&mut self) -> io::Result<()> {
+        let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])?;
+        self.reload = Some(signals.handle());
+        let engine = Arc::clone(&self.engine);
+        std::thread::Builder::new()
+            .name("ringrpc-sighup".into())
+            .spawn(move || {
+                for _ in signals.forever() {
+                    let Some(guard) = engine.guard() else {
+                        continue;
+                    };
+                    match guard.reload() {
+                        Ok(()) => eprintln!("ringrpc: SIGHUP: key file reloaded"),
+                        Err(e) => eprintln!("ringrpc: SIGHUP: {e}; the old keys stay in force"),
+                    }
+                }
+            })?;
+        Ok(())
+    }
+
     /// The engine served.
     pub fn engine(&self) -> &Engine {
         &self.engine
@@ -230,7 +263,12 @@ impl Server {
     /// # Errors
     ///
     /// If the event loop or the worker threads cannot be started.
-    pub fn run(self) -> io::Result<()> {
-        reactor::run(self)
+    pub fn run(mut self) -> io::Result<()> {
+        let reload = self.reload.take();
+        let r = reactor::run(self);
+        if let Some(h) = reload {
+            h.close();
+        }
+        r
     }
 }

@@ -213,9 +213,21 @@ pub(crate) struct Sink<'p> {
     max: usize,
     /// Hooks are set: keep each call's method for the after hook.
     hooks: bool,
+    /// Calls answered at once, and how many of them a rate limit refused.
+    answered: u32,
+    limited: u32,
+    /// The longest wait a rate limit asked of them.
+    retry_after_ns: u64,
 }
 
 impl Sink<'_> {
+    /// If every call of the frame was answered at once and refused by a rate limit:
+    /// the longest wait asked (an HTTP request then gets 429 with `Retry-After`).
+    pub(crate) fn all_limited(&self) -> Option<u64> {
+        (self.limited > 0 && self.limited == self.answered && self.elems.is_empty())
+            .then_some(self.retry_after_ns)
+    }
+
     fn method(&self, method: &str) -> Option<Box<str>> {
         self.hooks.then(|| method.into())
     }
@@ -259,6 +271,17 @@ impl Deferrals for Sink<'_> {
 
     fn answered(&mut self, _out: &mut Vec<u8>) -> Option<Option<i32>> {
         None
+    }
+
+    fn outcome(&mut self, code: Option<i32>) {
+        self.answered += 1;
+        if code == Some(crate::error::LIMIT_EXCEEDED) {
+            self.limited += 1;
+        }
+    }
+
+    fn limited(&mut self, retry_after_ns: u64) {
+        self.retry_after_ns = self.retry_after_ns.max(retry_after_ns);
     }
 }
 
@@ -327,6 +350,9 @@ impl Pending {
             deadline: None,
             max: self.max_response_bytes,
             hooks: self.hooks.is_some(),
+            answered: 0,
+            limited: 0,
+            retry_after_ns: 0,
         }
     }
 

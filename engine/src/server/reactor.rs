@@ -16,7 +16,7 @@ use super::pool::Pool;
 use super::{Listener, Proto, Server};
 
 use crate::config::ServerConfig;
-use crate::dispatch::context::{Connection, Peer, Source, Transport};
+use crate::dispatch::context::{Connection, Headers, Peer, Source, Transport};
 use crate::engine::{Engine, Outcome, Scratch, Split};
 use crate::transport::http::{self, HttpEvent, Reply, ServerHeaders};
 use crate::transport::io::{peer_cred, read_into};
@@ -84,6 +84,7 @@ pub(super) fn run(server: Server) -> io::Result<()> {
         stop,
         waker,
         signals,
+        reload: _,
     } = server;
     let pool = Arc::new(Pool::start(
         Arc::clone(&engine),
@@ -717,6 +718,15 @@ fn answer(
     http: Option<(Reply, &[u8])>,
 ) {
     let mark = conn.out.len();
+    if let (Some((reply, request_head)), Some(guard)) = (http, ctx.engine.guard()) {
+        // Credentials come with each HTTP request: checked before its body is read.
+        let headers = Headers::new(request_head);
+        if let Err(denied) = guard.authenticate_http(&conn.session, &headers) {
+            refuse_unauthenticated(ctx, conn, reply, denied, &headers);
+            queue_if_behind(conn, mark);
+            return;
+        }
+    }
     // HTTP: room for the head is reserved first, so the JSON is written in place.
     let head = http.map(|(reply, _)| {
         (
@@ -728,16 +738,28 @@ fn answer(
     let source = match http {
         Some((_, request_head)) => Source::http(&conn.info, request_head),
         None => Source::new(&conn.info),
-    };
+    }
+    .with_session(&conn.session);
     let slot_id = conn.next_slot;
     let mut sink = ctx.pending.sink(key, conn.generation, slot_id);
     let split =
         ctx.engine
             .handle_split(&frame, &source, &mut ctx.scratch, &mut conn.out, &mut sink);
+    let all_limited = sink.all_limited();
     if let Split::Done(outcome) = split {
         match (head, outcome) {
             (None, Outcome::Reply) => conn.out.push(b'\n'),
             (None, Outcome::Nothing) => {}
+            (Some((h, reply)), Outcome::Reply) if all_limited.is_some() => {
+                // Every call was refused by a rate limit: say so in the status too.
+                let body = conn.out.split_off(body_at);
+                http::cancel_json_response(&mut conn.out, h);
+                let ns = all_limited.unwrap_or_default();
+                let secs = ns.div_ceil(1_000_000_000).max(1);
+                let secs = itoa::Buffer::new().format(secs).to_owned();
+                let extra = [("Retry-After", secs.as_str())];
+                http::write_json_status(&mut conn.out, 429, reply, &ctx.http, &extra, &body);
+            }
             (Some((h, reply)), Outcome::Reply) => {
                 http::finish_json_response(&mut conn.out, h, reply, &ctx.http)
             }
@@ -770,6 +792,29 @@ fn answer(
     );
     conn.slots.push_back(slot);
     conn.release_ready();
+}
+
+/// Answers an HTTP request whose credentials the guard refused: 401 with
+/// `WWW-Authenticate` and a JSON-RPC error body (`-32040`, id `null`: the body was not
+/// read).
+#[cold]
+fn refuse_unauthenticated(
+    ctx: &Ctx,
+    conn: &mut Conn,
+    reply: Reply,
+    denied: crate::guard::Denied,
+    headers: &Headers<'_>,
+) {
+    let mut body = Vec::with_capacity(160);
+    denied.write_unbound(&mut body);
+    // RFC 6750 §3: a token was sent but is not valid: `error="invalid_token"`.
+    let challenge = if headers.get("authorization").is_some() {
+        r#"Bearer realm="ringrpc", error="invalid_token""#
+    } else {
+        r#"Bearer realm="ringrpc""#
+    };
+    let extra = [("WWW-Authenticate", challenge)];
+    http::write_json_status(&mut conn.out, 401, reply, &ctx.http, &extra, &body);
 }
 
 /// After a slot of connection `key` was answered: moves what is ready into the output,

@@ -7,6 +7,7 @@ use bytes::BytesMut;
 
 use crate::dispatch::context::{Connection, Peer, Source, Transport};
 use crate::engine::Engine;
+use crate::guard::Session;
 
 /// Bytes asked of each `read`.
 const READ_CHUNK: usize = 64 * 1024;
@@ -39,7 +40,8 @@ pub fn serve_stdio(engine: &Engine) -> io::Result<()> {
     let (mut decoder, mut scratch) = (engine.decoder(), engine.scratch());
     // The process's one connection: its peer is whoever started it.
     let conn = Connection::new(Transport::Stdio, Peer::Unknown, 0);
-    let source = Source::new(&conn);
+    let session = Session::new();
+    let source = Source::new(&conn).with_session(&session);
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut out = Vec::with_capacity(FLUSH_AT * 2);
     let mut stdin = io::stdin().lock();

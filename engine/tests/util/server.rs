@@ -21,7 +21,7 @@ pub struct Served {
 
 impl Served {
     /// Serves `engine` with `settings` on newline TCP, HTTP and a Unix socket.
-    pub fn start(engine: Engine, settings: ServerConfig) -> Self {
+    pub fn start(engine: impl Into<std::sync::Arc<Engine>>, settings: ServerConfig) -> Self {
         static SOCKETS: AtomicUsize = AtomicUsize::new(0);
         let mut server = Server::with_config(engine, settings).unwrap();
         let tcp = server.listen_tcp("127.0.0.1:0").unwrap();

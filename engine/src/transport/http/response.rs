@@ -320,6 +320,23 @@ fn write_text(
     }
 }
 
+/// Appends a response with a JSON `body` and a status other than 200 (a JSON-RPC
+/// error answered with an HTTP status too: 401, 429), with `extra` header lines.
+pub(crate) fn write_json_status(
+    out: &mut Vec<u8>,
+    status: u16,
+    reply: Reply,
+    server: &ServerHeaders,
+    extra: &[(&str, &str)],
+    body: &[u8],
+) {
+    let mut headers: [(&str, &str); 3] = [("Content-Type", "application/json"); 3];
+    let n = extra.len().min(2);
+    headers[1..=n].copy_from_slice(&extra[..n]);
+    write_head(out, status, body.len(), reply, server, &headers[..=n]);
+    out.extend_from_slice(body);
+}
+
 /// The health check's body.
 pub(crate) const HEALTH_BODY: &[u8] = br#"{"status":"ok"}"#;
 

@@ -1,0 +1,452 @@
+//! The guard over real sockets: authentication (HTTP Bearer, `rpc.auth` on TCP, Unix
+//! peers by uid), allow-lists per batch element, key file reloads, and rate limits per
+//! identity and per peer address (each batch element charged, HTTP 429).
+//!
+//! Every socket has timeouts, so a hang fails the test instead of stalling it.
+
+mod util;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ringrpc::guard::Guard;
+use ringrpc::{demo, Config, Engine, ServerConfig};
+use serde_json::{json, Value};
+use util::server::Served;
+
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+const KEYS: &str = r#"
+[[key]]
+name  = "ops"
+token = "s3cret-ops"
+allow = ["*"]
+
+[[key]]
+name  = "reader"
+token = "r3ader"
+allow = ["get_*", "sum", "ping", "whoami"]
+
+[[key]]
+name  = "nobody"
+token = "n0body"
+allow = []
+
+[[key]]
+name  = "metered"
+token = "m3tered"
+allow = ["*"]
+rate  = 1
+burst = 10
+
+[weights]
+sum = 5
+"#;
+
+fn serve(guard: Guard) -> (Served, Arc<Engine>) {
+    let engine = Arc::new(demo::engine(Config::default()).with_guard(guard));
+    (
+        Served::start(Arc::clone(&engine), ServerConfig::default()),
+        engine,
+    )
+}
+
+fn keys(extra: &str) -> Guard {
+    Guard::new()
+        .with_keys_toml(&format!("{KEYS}{extra}"))
+        .unwrap()
+}
+
+/// A newline-delimited connection.
+struct Line<S: Read + Write> {
+    r: BufReader<S>,
+}
+
+impl Line<TcpStream> {
+    fn tcp(addr: SocketAddr) -> Self {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        s.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+        Self {
+            r: BufReader::new(s),
+        }
+    }
+}
+
+impl Line<UnixStream> {
+    fn unix(path: &Path) -> Self {
+        let s = UnixStream::connect(path).unwrap();
+        s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        Self {
+            r: BufReader::new(s),
+        }
+    }
+}
+
+impl<S: Read + Write> Line<S> {
+    fn call(&mut self, req: Value) -> Value {
+        let mut line = serde_json::to_vec(&req).unwrap();
+        line.push(b'\n');
+        self.r.get_mut().write_all(&line).unwrap();
+        let mut answer = String::new();
+        self.r.read_line(&mut answer).unwrap();
+        serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{e}: {answer:?}"))
+    }
+}
+
+fn req(method: &str, params: Value, id: i64) -> Value {
+    json!({"jsonrpc": "2.0", "method": method, "params": params, "id": id})
+}
+
+fn code(v: &Value) -> i64 {
+    v["error"]["code"].as_i64().unwrap_or(0)
+}
+
+/// One HTTP/1.1 POST with `headers`: (status, header lines, body).
+fn post(
+    addr: SocketAddr,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> (u16, Vec<(String, String)>, Value) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    let body = serde_json::to_vec(body).unwrap();
+    let mut req = format!(
+        "POST / HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    s.write_all(&body).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let mut hs = [httparse::EMPTY_HEADER; 32];
+    let mut resp = httparse::Response::new(&mut hs);
+    let httparse::Status::Complete(at) = resp.parse(&raw).unwrap() else {
+        panic!("incomplete response: {}", String::from_utf8_lossy(&raw));
+    };
+    let status = resp.code.unwrap();
+    let headers: Vec<(String, String)> = resp
+        .headers
+        .iter()
+        .map(|h| {
+            (
+                h.name.to_ascii_lowercase(),
+                String::from_utf8_lossy(h.value).into_owned(),
+            )
+        })
+        .collect();
+    let body = if raw.len() > at {
+        serde_json::from_slice(&raw[at..]).unwrap()
+    } else {
+        Value::Null
+    };
+    (status, headers, body)
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+#[test]
+fn http_needs_a_bearer_token() {
+    let (s, _e) = serve(keys(""));
+    let ping = req("ping", json!([]), 1);
+
+    let (status, h, body) = post(s.http, &[], &ping);
+    assert_eq!(status, 401);
+    assert_eq!(
+        header(&h, "www-authenticate"),
+        Some(r#"Bearer realm="ringrpc""#)
+    );
+    assert_eq!(body["error"]["code"], -32040, "{body}");
+    assert_eq!(body["error"]["data"]["reason"], "unauthenticated");
+    assert_eq!(body["id"], Value::Null);
+
+    let (status, h, body) = post(s.http, &[("Authorization", "Bearer wrong")], &ping);
+    assert_eq!(status, 401);
+    assert!(header(&h, "www-authenticate")
+        .unwrap()
+        .contains("invalid_token"));
+    assert_eq!(code(&body), -32040);
+    // A notification-only request is refused as well: the credentials come first.
+    let note = json!({"jsonrpc": "2.0", "method": "ping"});
+    assert_eq!(
+        post(s.http, &[("Authorization", "Basic eDp5")], &note).0,
+        401
+    );
+
+    let (status, _, body) = post(s.http, &[("Authorization", "Bearer r3ader")], &ping);
+    assert_eq!((status, &body["result"]), (200, &json!("pong")), "{body}");
+    // The scheme is case-insensitive (RFC 9110 §11.1).
+    let (status, _, _) = post(s.http, &[("authorization", "bearer r3ader")], &ping);
+    assert_eq!(status, 200);
+    s.stop();
+}
+
+#[test]
+fn allow_lists_apply_to_every_batch_element() {
+    let (s, _e) = serve(keys(""));
+    let batch = json!([
+        req("ping", json!([]), 1),
+        req("echo", json!([1]), 2),
+        req("get_data", json!([]), 3),
+        req("sum", json!([1, 2]), 4),
+        {"jsonrpc": "2.0", "method": "echo", "params": [5]},
+        req("no_such_method", json!([]), 6),
+    ]);
+    let (status, _, body) = post(s.http, &[("Authorization", "Bearer r3ader")], &batch);
+    assert_eq!(status, 200);
+    let answers = body.as_array().unwrap();
+    assert_eq!(answers.len(), 5, "the notification is not answered: {body}");
+    let by_id = |id: i64| answers.iter().find(|a| a["id"] == id).unwrap();
+    assert_eq!(by_id(1)["result"], "pong");
+    assert_eq!(code(by_id(2)), -32041);
+    assert_eq!(by_id(2)["error"]["data"]["reason"], "permission_denied");
+    assert!(by_id(2)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("reader may not call echo"));
+    assert!(by_id(3).get("result").is_some(), "{}", by_id(3));
+    assert_eq!(by_id(4)["result"], 3);
+    // Unknown methods are refused like any other the identity may not call.
+    assert_eq!(code(by_id(6)), -32041);
+
+    // An empty allow list allows nothing.
+    let (_, _, body) = post(
+        s.http,
+        &[("Authorization", "Bearer n0body")],
+        &req("ping", json!([]), 9),
+    );
+    assert_eq!(code(&body), -32041);
+    let (_, _, body) = post(
+        s.http,
+        &[("Authorization", "Bearer s3cret-ops")],
+        &req("echo", json!([7]), 9),
+    );
+    assert_eq!(body["result"], json!([7]));
+    s.stop();
+}
+
+#[test]
+fn tcp_authenticates_with_rpc_auth_first() {
+    let (s, _e) = serve(keys(""));
+    let mut c = Line::tcp(s.tcp);
+    let v = c.call(req("ping", json!([]), 1));
+    assert_eq!(code(&v), -32040, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("rpc.auth"));
+    let v = c.call(req("rpc.auth", json!({"token": "nope"}), 2));
+    assert_eq!((code(&v), &v["id"]), (-32040, &json!(2)), "{v}");
+    for bad in [json!({"token": 5}), json!({}), json!([])] {
+        let v = c.call(req("rpc.auth", bad, 3));
+        assert_eq!(code(&v), -32602, "{v}");
+    }
+    let v = c.call(req("rpc.auth", json!({"token": "r3ader"}), 4));
+    assert_eq!(
+        v,
+        json!({"jsonrpc": "2.0", "id": 4, "result": {"identity": "reader"}})
+    );
+    assert_eq!(c.call(req("ping", json!([]), 5))["result"], "pong");
+    assert_eq!(code(&c.call(req("echo", json!([1]), 6))), -32041);
+    // The context carries the identity (whoami reports the transport; the identity is
+    // in the context the handler gets).
+    assert_eq!(
+        c.call(req("whoami", json!([]), 7))["result"]["transport"],
+        "tcp"
+    );
+    // Authenticating again as someone else switches the identity.
+    let v = c.call(req("rpc.auth", json!({"token": "s3cret-ops"}), 8));
+    assert_eq!(v["result"]["identity"], "ops");
+    assert_eq!(c.call(req("echo", json!([1]), 9))["result"], json!([1]));
+    // A failed attempt leaves the connection unauthenticated.
+    let _ = c.call(req("rpc.auth", json!({"token": "bad"}), 10));
+    assert_eq!(code(&c.call(req("ping", json!([]), 11))), -32040);
+
+    // Another connection starts unauthenticated.
+    let mut d = Line::tcp(s.tcp);
+    assert_eq!(code(&d.call(req("ping", json!([]), 1))), -32040);
+
+    // rpc.auth over HTTP is not how HTTP authenticates.
+    let (_, _, body) = post(
+        s.http,
+        &[("Authorization", "Bearer r3ader")],
+        &req("rpc.auth", json!({"token": "r3ader"}), 1),
+    );
+    assert_eq!(code(&body), -32601, "{body}");
+    s.stop();
+}
+
+#[test]
+fn unix_peers_may_be_allowed_by_uid() {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let (s, _e) = serve(keys(&format!(
+        "[[peer]]\nuid = {uid}\nname = \"local\"\nallow = [\"ping\", \"get_*\"]\n"
+    )));
+    let mut c = Line::unix(&s.unix);
+    assert_eq!(c.call(req("ping", json!([]), 1))["result"], "pong");
+    assert_eq!(code(&c.call(req("echo", json!([1]), 2))), -32041);
+    // A token still switches to its key's identity.
+    let v = c.call(req("rpc.auth", json!({"token": "s3cret-ops"}), 3));
+    assert_eq!(v["result"]["identity"], "ops");
+    assert_eq!(c.call(req("echo", json!([1]), 4))["result"], json!([1]));
+    // TCP peers have no uid.
+    assert_eq!(
+        code(&Line::tcp(s.tcp).call(req("ping", json!([]), 1))),
+        -32040
+    );
+    s.stop();
+
+    // A uid not in the file is unauthenticated.
+    let (s, _e) = serve(keys(
+        "[[peer]]\nuid = 4000000000\nname = \"x\"\nallow = [\"*\"]\n",
+    ));
+    assert_eq!(
+        code(&Line::unix(&s.unix).call(req("ping", json!([]), 1))),
+        -32040
+    );
+    s.stop();
+}
+
+fn temp_file(name: &str, text: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("ringrpc-guard-{}-{name}", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn a_reload_changes_rights_without_dropping_connections() {
+    let path = temp_file("reload.toml", KEYS);
+    let (s, engine) = serve(Guard::new().with_key_file(&path).unwrap());
+    let mut c = Line::tcp(s.tcp);
+    assert_eq!(
+        c.call(req("rpc.auth", json!({"token": "r3ader"}), 1))["result"]["identity"],
+        "reader"
+    );
+    assert_eq!(code(&c.call(req("echo", json!([1]), 2))), -32041);
+
+    // The reader may now call everything; ops is gone.
+    std::fs::write(
+        &path,
+        "[[key]]\nname = \"reader\"\ntoken = \"r3ader\"\nallow = [\"*\"]\n",
+    )
+    .unwrap();
+    engine.guard().unwrap().reload().unwrap();
+    assert_eq!(c.call(req("echo", json!([1]), 3))["result"], json!([1]));
+    let (status, _, _) = post(
+        s.http,
+        &[("Authorization", "Bearer s3cret-ops")],
+        &req("ping", json!([]), 1),
+    );
+    assert_eq!(
+        status, 401,
+        "a key removed from the file is refused at once"
+    );
+
+    // A broken file keeps the keys in force.
+    std::fs::write(&path, "[[key]\n").unwrap();
+    let e = engine.guard().unwrap().reload().unwrap_err();
+    assert!(e.to_string().contains("key file"), "{e}");
+    assert_eq!(c.call(req("echo", json!([2]), 4))["result"], json!([2]));
+
+    // The reader's key removed: the open connection is refused from its next call.
+    std::fs::write(
+        &path,
+        "[[key]]\nname = \"ops\"\ntoken = \"s3cret-ops\"\nallow = [\"*\"]\n",
+    )
+    .unwrap();
+    engine.guard().unwrap().reload().unwrap();
+    assert_eq!(code(&c.call(req("ping", json!([]), 5))), -32040);
+    s.stop();
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn a_batch_is_charged_per_element() {
+    // `metered`: 1 call/s, burst 10.
+    let (s, _e) = serve(keys(""));
+    let mut c = Line::tcp(s.tcp);
+    c.call(req("rpc.auth", json!({"token": "m3tered"}), 0));
+    let batch: Vec<Value> = (1..=100).map(|i| req("ping", json!([]), i)).collect();
+    let v = c.call(Value::Array(batch));
+    let answers = v.as_array().unwrap();
+    assert_eq!(answers.len(), 100);
+    let ok = answers.iter().filter(|a| a["result"] == "pong").count();
+    let limited: Vec<&Value> = answers.iter().filter(|a| code(a) == -32005).collect();
+    assert_eq!((ok, limited.len()), (10, 90), "{v}");
+    // In order: the first ten passed.
+    assert!(answers[..10].iter().all(|a| a["result"] == "pong"));
+    let data = &limited[0]["error"]["data"];
+    assert_eq!(data["reason"], "rate_limited");
+    let retry = data["retryAfterMs"].as_u64().unwrap();
+    assert!((1..=1000).contains(&retry), "{data}");
+
+    // Over HTTP, a request whose every call was limited is a 429 with Retry-After.
+    let (status, h, body) = post(
+        s.http,
+        &[("Authorization", "Bearer m3tered")],
+        &req("ping", json!([]), 1),
+    );
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(header(&h, "retry-after"), Some("1"));
+    assert_eq!(code(&body), -32005);
+    s.stop();
+}
+
+#[test]
+fn weights_charge_more_per_call() {
+    // `metered` has a burst of 10 and `sum` weighs 5: two sums pass, the third does not.
+    let (s, _e) = serve(keys(""));
+    let mut c = Line::tcp(s.tcp);
+    c.call(req("rpc.auth", json!({"token": "m3tered"}), 0));
+    let batch: Vec<Value> = (1..=3).map(|i| req("sum", json!([1, 2]), i)).collect();
+    let v = c.call(Value::Array(batch));
+    let codes: Vec<i64> = v.as_array().unwrap().iter().map(code).collect();
+    assert_eq!(codes, [0, 0, -32005], "{v}");
+    s.stop();
+}
+
+#[test]
+fn anonymous_callers_are_limited_per_address() {
+    let (s, _e) = serve(Guard::new().with_peer_rate_limit("1:5").unwrap());
+    let mut a = Line::tcp(s.tcp);
+    let batch: Vec<Value> = (1..=8).map(|i| req("ping", json!([]), i)).collect();
+    let v = a.call(Value::Array(batch.clone()));
+    let limited = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| code(a) == -32005)
+        .count();
+    assert_eq!(limited, 3, "{v}");
+    // Another connection from the same address shares the bucket...
+    let mut b = Line::tcp(s.tcp);
+    assert_eq!(code(&b.call(req("ping", json!([]), 1))), -32005);
+    // ...another address does not.
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(&"127.0.0.2:0".parse::<SocketAddr>().unwrap().into())
+        .unwrap();
+    sock.connect(&s.tcp.into()).unwrap();
+    let stream: TcpStream = sock.into();
+    stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    let mut c = Line {
+        r: BufReader::new(stream),
+    };
+    assert_eq!(c.call(req("ping", json!([]), 1))["result"], "pong");
+    // Without keys, rpc.auth is not a method.
+    assert_eq!(
+        code(&c.call(req("rpc.auth", json!({"token": "x"}), 2))),
+        -32601
+    );
+    s.stop();
+}
