@@ -450,3 +450,50 @@ fn anonymous_callers_are_limited_per_address() {
     );
     s.stop();
 }
+
+#[test]
+fn a_flood_of_source_addresses_leaves_the_limiter_table_bounded() {
+    // 100,000 distinct source addresses in 127.0.0.0/8, each on its own connection,
+    // against a table of 10,000 per generation (never more than 20,000 held).
+    const ADDRESSES: u32 = 100_000;
+    const CAPACITY: usize = 10_000;
+    let guard = Guard::new()
+        .with_peer_rate_limit("1:1")
+        .unwrap()
+        .with_peer_table_capacity(CAPACITY);
+    let (s, engine) = serve(guard);
+    let threads: Vec<_> = (0..4u32)
+        .map(|t| {
+            let addr = s.tcp;
+            std::thread::spawn(move || {
+                let mut refused = 0;
+                for i in (t..ADDRESSES).step_by(4) {
+                    // 127.1.0.0 + i: skips 127.0.0.x, which other tests use.
+                    let n = (1u32 << 16) + i;
+                    let ip = std::net::Ipv4Addr::new(127, (n >> 16) as u8, (n >> 8) as u8, n as u8);
+                    let sock =
+                        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                            .unwrap();
+                    sock.bind(&SocketAddr::new(ip.into(), 0).into()).unwrap();
+                    sock.connect(&addr.into()).unwrap();
+                    let stream: TcpStream = sock.into();
+                    stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+                    let mut c = Line {
+                        r: BufReader::new(stream),
+                    };
+                    // Every address's first call passes: its bucket starts full.
+                    if c.call(req("ping", json!([]), 1))["result"] != "pong" {
+                        refused += 1;
+                    }
+                }
+                refused
+            })
+        })
+        .collect();
+    let refused: u32 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(refused, 0);
+    let held = engine.guard().unwrap().peer_table_len();
+    assert!(held <= 2 * CAPACITY, "{held} addresses held");
+    assert!(held >= CAPACITY / 2, "the table is in use: {held}");
+    s.stop();
+}

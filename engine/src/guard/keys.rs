@@ -180,7 +180,7 @@ impl Keys {
                     return Err(bad(format!("key {name:?}: `burst` without `rate`")))
                 }
                 (Some(rate), burst) => {
-                    let burst = burst.unwrap_or_else(|| (rate.ceil() as u32).max(1));
+                    let burst = burst.unwrap_or_else(|| Rate::default_burst(rate));
                     let rate =
                         Rate::new(rate, burst).map_err(|e| bad(format!("key {name:?}: {e}")))?;
                     let bucket = old_buckets
@@ -239,9 +239,22 @@ impl Keys {
                 return Err(bad(format!("peer uid {} appears twice", peer.uid)));
             }
         }
+        // A weight above a key's burst would make the method uncallable for that key:
+        // a mistake, said at load time rather than as endless -32005s.
+        let smallest = keys
+            .tokens
+            .values()
+            .chain(keys.uids.values())
+            .filter_map(|p| p.limit.as_ref().map(|(rate, _)| (rate.burst(), &p.name)))
+            .min_by_key(|(burst, _)| *burst);
         for (method, w) in file.weights {
             if w == 0 {
                 return Err(bad(format!("weight of {method:?} must be at least 1")));
+            }
+            if let Some((burst, name)) = smallest.filter(|(burst, _)| w > *burst) {
+                return Err(bad(format!(
+                    "weight {w} of {method:?} exceeds the burst {burst} of key {name:?}: it could never be called"
+                )));
             }
             keys.weights.insert(method.into(), w);
         }
@@ -371,6 +384,10 @@ mod tests {
             ("[[key]]\nname=\"a\"\ntoken=\"x\"\nrate=-1\n", "key \"a\""),
             ("[[key]]\nname=\"a\"\ntoken=\"x\"\nalow=[]\n", "alow"),
             ("[weights]\nsum=0\n", "at least 1"),
+            (
+                "[[key]]\nname=\"a\"\ntoken=\"x\"\nrate=1\nburst=2\n[weights]\nsum=3\n",
+                "exceeds the burst 2",
+            ),
             ("[[key]\n", "TOML"),
         ] {
             let e = Keys::parse(text, None).unwrap_err().to_string();

@@ -77,9 +77,10 @@ use jwt::{JwtCache, JwtSecret};
 use keys::{Allow, Keys, Principal};
 use rate::{now_ns, Limited, PeerLimiter, Rate};
 
-/// The most peer addresses the per-address rate limiter remembers (a flood of new
-/// addresses evicts idle ones rather than growing memory).
-pub const PEER_TABLE_CAPACITY: usize = 65_536;
+/// The most peer addresses the per-address rate limiter keeps in each of its two
+/// generations (a flood of new addresses evicts idle ones rather than growing memory:
+/// it never holds more than twice this).
+pub const PEER_TABLE_CAPACITY: usize = rate::DEFAULT_PEER_CAPACITY;
 
 /// A guard that cannot be set up: a bad key file, secret or rate.
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +119,8 @@ pub struct Guard {
     required: bool,
     jwt: Option<JwtSecret>,
     peers: Option<PeerLimiter>,
+    peer_rate: Option<Rate>,
+    peer_capacity: usize,
 }
 
 impl fmt::Debug for Guard {
@@ -147,6 +150,8 @@ impl Guard {
             required: false,
             jwt: None,
             peers: None,
+            peer_rate: None,
+            peer_capacity: PEER_TABLE_CAPACITY,
         }
     }
 
@@ -199,8 +204,19 @@ impl Guard {
     /// If `spec` is not a positive rate with an optional burst of at least 1.
     pub fn with_peer_rate_limit(mut self, spec: &str) -> Result<Self, GuardError> {
         let rate = Rate::parse(spec).map_err(|e| GuardError::Rate(e.to_string()))?;
-        self.peers = Some(PeerLimiter::new(rate, PEER_TABLE_CAPACITY));
+        self.peers = Some(PeerLimiter::new(rate, self.peer_capacity));
+        self.peer_rate = Some(rate);
         Ok(self)
+    }
+
+    /// Sets how many peer addresses the per-address limiter keeps per generation
+    /// (default [`PEER_TABLE_CAPACITY`]; it never holds more than twice this).
+    pub fn with_peer_table_capacity(mut self, capacity: usize) -> Self {
+        self.peer_capacity = capacity.max(1);
+        if let Some(rate) = self.peer_rate {
+            self.peers = Some(PeerLimiter::new(rate, self.peer_capacity));
+        }
+        self
     }
 
     /// Reads the key file again (say, on SIGHUP). Connections stay open; from their next
@@ -225,8 +241,8 @@ impl Guard {
         self.required
     }
 
-    /// The addresses the per-peer rate limiter remembers now (bounded by
-    /// [`PEER_TABLE_CAPACITY`] and a little more while it turns over).
+    /// The addresses the per-peer rate limiter remembers now (at most twice its
+    /// capacity).
     pub fn peer_table_len(&self) -> usize {
         self.peers.as_ref().map_or(0, PeerLimiter::len)
     }

@@ -11,7 +11,6 @@
 //! Times are nanoseconds from [`now_ns`]; tests pass a synthetic clock instead.
 
 // The server wires these in separately; until then only the tests use them.
-#![cfg_attr(not(test), allow(dead_code))]
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
