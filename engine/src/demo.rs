@@ -11,7 +11,7 @@
 //! | `add` | `[a, b]` | `a + b` |
 //! | `sleep` | `{"ms": N}` (N ≤ 60000) | `null`, after N ms (blocking: the server runs it on the worker pool) |
 //! | `delay` | `[ms]` (ms ≤ 60000) | `null`, after ms, answered by a [`Responder`] from a timer thread: no thread waits meanwhile |
-//! | `whoami` | none | `{"transport": "tcp", "peer": "127.0.0.1:50312"}`, plus `"user_agent"` when the HTTP request had one |
+//! | `whoami` | none | `{"transport": "tcp", "peer": "127.0.0.1:50312"}`, plus `"user_agent"` when the HTTP request had one and `"identity"` when the caller authenticated |
 //! | `update`, `notify_hello`, `notify_sum` | anything | notifications: no answer |
 //!
 //! Integers are `i64`; overflow is answered with `-32602`. `foobar` does not exist.
@@ -57,6 +57,7 @@ pub fn builder() -> RegistryBuilder {
                         .headers()
                         .and_then(|h| h.get("user-agent"))
                         .map(|v| String::from_utf8_lossy(v).into_owned()),
+                    identity: ctx.identity().map(str::to_owned),
                 })
             },
         )?;
@@ -73,6 +74,8 @@ struct Whoami {
     peer: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     user_agent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    identity: Option<String>,
 }
 
 /// `delay [ms]`: answered by the timer thread after `ms`.

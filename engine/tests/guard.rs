@@ -497,3 +497,64 @@ fn a_flood_of_source_addresses_leaves_the_limiter_table_bounded() {
     assert!(held >= CAPACITY / 2, "the table is in use: {held}");
     s.stop();
 }
+
+/// A JWT (HS256) for `secret` with `claims`, made here with the RustCrypto crates (the
+/// engine's own unit tests check its verifier against PyJWT's tokens).
+fn jwt(secret: &[u8; 32], claims: &Value) -> String {
+    use base64::Engine as _;
+    use hmac::Mac;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let head = b64.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
+    let body = b64.encode(serde_json::to_vec(claims).unwrap());
+    let signed = format!("{head}.{body}");
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret).unwrap();
+    mac.update(signed.as_bytes());
+    format!("{signed}.{}", b64.encode(mac.finalize().into_bytes()))
+}
+
+#[test]
+fn jwt_callers_over_http_and_tcp() {
+    let secret = [7u8; 32];
+    let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    let path = temp_file("jwt.hex", &format!("0x{hex}\n"));
+    let (s, _e) = serve(Guard::new().with_jwt_secret_file(&path).unwrap());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let good = jwt(&secret, &json!({"iat": now, "sub": "node-1"}));
+    let bearer = format!("Bearer {good}");
+    let (status, _, body) = post(
+        s.http,
+        &[("Authorization", &bearer)],
+        &req("whoami", json!([]), 1),
+    );
+    assert_eq!(
+        (status, &body["result"]["identity"]),
+        (200, &json!("node-1")),
+        "{body}"
+    );
+
+    for bad in [
+        jwt(&secret, &json!({"iat": now - 120})),
+        jwt(&[8u8; 32], &json!({"iat": now})),
+        jwt(&secret, &json!({"iat": now, "exp": now - 1})),
+    ] {
+        let bearer = format!("Bearer {bad}");
+        let (status, _, body) = post(
+            s.http,
+            &[("Authorization", &bearer)],
+            &req("ping", json!([]), 1),
+        );
+        assert_eq!((status, code(&body)), (401, -32040), "{body}");
+    }
+
+    // On TCP the token goes to rpc.auth; without `sub` the identity is "jwt".
+    let mut c = Line::tcp(s.tcp);
+    let anon = jwt(&secret, &json!({"iat": now}));
+    let v = c.call(req("rpc.auth", json!({"token": anon}), 1));
+    assert_eq!(v["result"]["identity"], "jwt", "{v}");
+    assert_eq!(c.call(req("echo", json!([1]), 2))["result"], json!([1]));
+    s.stop();
+    let _ = std::fs::remove_file(&path);
+}

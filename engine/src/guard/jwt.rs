@@ -205,11 +205,6 @@ pub(crate) struct JwtCache {
 }
 
 impl JwtCache {
-    /// An empty cache.
-    pub(crate) fn new() -> Self {
-        Self::default()
-    }
-
     /// Verifies `token` as [`verify`] does, unless it is the token last verified here
     /// under the same secret; then only its time window is checked again.
     pub(crate) fn check(
@@ -431,7 +426,7 @@ mod tests {
             secret(),
             JwtSecret::from_hex(&"01".repeat(32)).expect("other"),
         );
-        let mut cache = JwtCache::new();
+        let mut cache = JwtCache::default();
         // The verdict (its iat or its error) and the HMACs it took.
         let mut run = |secret: &JwtSecret, token: &str, now: u64| {
             let before = HMACS.with(Cell::get);
