@@ -12,13 +12,16 @@
 //! | `sleep` | `{"ms": N}` (N ≤ 60000) | `null`, after N ms (blocking: the server runs it on the worker pool) |
 //! | `delay` | `[ms]` (ms ≤ 60000) | `null`, after ms, answered by a [`Responder`] from a timer thread: no thread waits meanwhile |
 //! | `whoami` | none | `{"transport": "tcp", "peer": "127.0.0.1:50312"}`, plus `"user_agent"` when the HTTP request had one and `"identity"` when the caller authenticated |
+//! | `incr` | `[n]` (default 1) | adds `n` to the engine's counter, answers the new value; marked for de-duplication ([`crate::dedup`]), so a retried call does not add twice |
+//! | `get_counter` | none | the counter's value |
 //! | `update`, `notify_hello`, `notify_sum` | anything | notifications: no answer |
 //!
 //! Integers are `i64`; overflow is answered with `-32602`. `foobar` does not exist.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -46,21 +49,38 @@ fn overflow() -> RpcError {
 /// A builder holding the demo methods, for adding more before freezing.
 pub fn builder() -> RegistryBuilder {
     let mut b = core_builder();
+    // One counter per registry built: two servers in one process count apart.
+    let counter = Arc::new(AtomicI64::new(0));
+    let read = Arc::clone(&counter);
     let r = (|| -> Result<(), crate::RegisterError> {
-        b.deferred_method("delay", delay)?.method_with_ctx(
-            "whoami",
-            |ctx: &Context<'_>, _p: Params<'_>| {
-                Ok(Whoami {
-                    transport: ctx.connection().transport().as_str(),
-                    peer: ctx.connection().peer().to_string(),
-                    user_agent: ctx
-                        .headers()
-                        .and_then(|h| h.get("user-agent"))
-                        .map(|v| String::from_utf8_lossy(v).into_owned()),
-                    identity: ctx.identity().map(str::to_owned),
-                })
-            },
-        )?;
+        b.dedup_method("incr", move |p: Params<'_>| {
+            let n = if p.is_absent() || p.is_empty() {
+                1
+            } else {
+                let [n]: [i64; 1] = p.parse()?;
+                n
+            };
+            let old = counter
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_add(n))
+                .map_err(|_| overflow())?;
+            Ok(old + n)
+        })?
+        .method(
+            "get_counter",
+            move |_p: Params<'_>| -> Result<i64, RpcError> { Ok(read.load(Ordering::SeqCst)) },
+        )?
+        .deferred_method("delay", delay)?
+        .method_with_ctx("whoami", |ctx: &Context<'_>, _p: Params<'_>| {
+            Ok(Whoami {
+                transport: ctx.connection().transport().as_str(),
+                peer: ctx.connection().peer().to_string(),
+                user_agent: ctx
+                    .headers()
+                    .and_then(|h| h.get("user-agent"))
+                    .map(|v| String::from_utf8_lossy(v).into_owned()),
+                identity: ctx.identity().map(str::to_owned),
+            })
+        })?;
         Ok(())
     })();
     // The names above are fixed, distinct and unreserved.

@@ -13,6 +13,7 @@ use crate::codec::request::validate;
 use crate::codec::tape::elements;
 use crate::codec::{Id, LineDecoder};
 use crate::config::Config;
+use crate::dedup::{Claim, Dedup, Digest, Ticket};
 use crate::dispatch::context::{Context, Source};
 use crate::dispatch::dispatch;
 use crate::dispatch::hooks::{Answered, Hooks};
@@ -103,6 +104,7 @@ pub struct Engine {
     config: Config,
     hooks: Option<Arc<dyn Hooks>>,
     guard: Option<Arc<Guard>>,
+    dedup: Option<Dedup>,
     /// Neither hooks nor a guard: plain calls take the straight path.
     bare: bool,
 }
@@ -126,6 +128,7 @@ impl Engine {
             config,
             hooks: None,
             guard: None,
+            dedup: None,
             bare: true,
         }
     }
@@ -144,6 +147,16 @@ impl Engine {
     pub fn with_guard(mut self, guard: Guard) -> Self {
         self.guard = Some(Arc::new(guard));
         self.bare = false;
+        self
+    }
+
+    /// The engine with `dedup` keeping the answers of calls to methods marked for
+    /// de-duplication ([`RegistryBuilder::dedup`]), so that retries replay them (see
+    /// [`crate::dedup`]). Without it those methods run every time.
+    ///
+    /// [`RegistryBuilder::dedup`]: crate::RegistryBuilder::dedup
+    pub fn with_dedup(mut self, dedup: Dedup) -> Self {
+        self.dedup = Some(dedup);
         self
     }
 
@@ -241,6 +254,7 @@ impl Engine {
             call: None,
             hooks: true,
             code: None,
+            dedup: None,
         };
         let split = self.parse_and(frame, source, scratch, out, &mut wait);
         scratch.waiter = wait.waiter;
@@ -259,6 +273,7 @@ impl Engine {
         source: &Source<'_>,
         scratch: &mut Scratch,
         out: &mut Vec<u8>,
+        dedup: Option<Digest>,
     ) -> Option<i32> {
         let mut wait = Wait {
             waiter: scratch.waiter.take(),
@@ -266,6 +281,7 @@ impl Engine {
             call: None,
             hooks: false,
             code: None,
+            dedup,
         };
         let _ = self.parse_and(frame, source, scratch, out, &mut wait);
         scratch.waiter = wait.waiter;
@@ -498,9 +514,7 @@ impl Engine {
         let entry = self.registry.get(req.method);
         // The common case first, with nothing to set up: no hooks, a plain method (or
         // none) answered here.
-        let plain = entry.is_none_or(|e| {
-            !e.blocking && matches!(e.handler, Handler::Call(_) | Handler::Notify(_))
-        });
+        let plain = entry.is_none_or(crate::dispatch::registry::Entry::is_plain);
         if plain && self.bare {
             let d = dispatch(entry, req, None, source, out, limit, max);
             defer.outcome(d.code);
@@ -537,7 +551,22 @@ impl Engine {
             }
         }
         let hooks = self.hooks.as_deref().filter(|_| checks);
-        let kind = entry.map(|e| (e.blocking, &e.handler));
+        // De-duplication: the key is made where the call was read (it needs the session
+        // and the headers), the claim where the call runs.
+        let (dedup, key) = match (&self.dedup, entry, req.id) {
+            (Some(d), Some(e), Some(id)) if e.dedup => {
+                let key = if checks {
+                    self.dedup_key(d, source, id)
+                } else {
+                    defer.dedup_key()
+                };
+                (Some(d), key)
+            }
+            _ => (None, None),
+        };
+        // A store that may block (Redis) is only talked to from the pool.
+        let offload = key.is_some() && dedup.is_some_and(Dedup::remote) && !defer.may_block();
+        let kind = entry.map(|e| (e.blocking || offload, &e.handler));
         let later = matches!(kind, Some((true, _) | (_, Handler::Deferred(_))));
         // A context is built only for hooks and for handlers that read it.
         let ctx = (hooks.is_some() || later || matches!(kind, Some((_, Handler::CallCtx(_)))))
@@ -552,6 +581,7 @@ impl Engine {
                 if let Some(id) = req.id {
                     crate::serializer::response::write_rpc_error(out, id, &e);
                 }
+                defer.outcome(code);
                 self.after(h, req.method, code, req.id.is_none(), started);
                 return if req.id.is_some() {
                     Answer::Wrote
@@ -563,14 +593,49 @@ impl Engine {
         match kind {
             Some((true, _)) => {
                 if let Some(range) = raw.container_range(nodes) {
-                    if defer.blocking(range, req.id, req.method) {
+                    if defer.blocking(range, req.id, req.method, key) {
                         return Answer::Later;
                     }
                 }
             }
-            Some((false, Handler::Deferred(f))) => {
+            _ => {}
+        }
+        // Claimed here, where it runs: replays and refusals are answered now.
+        let ticket = match (dedup, key, req.id) {
+            (Some(d), Some(key), Some(id)) => {
+                let fp = d.fingerprint(req.method, req.params.raw_json());
+                match d.store.claim(&key, &fp, id, out) {
+                    Claim::Run => Some(Ticket {
+                        store: Arc::clone(&d.store),
+                        key,
+                        fp,
+                    }),
+                    Claim::Bypass => None,
+                    claim => {
+                        let code = match claim {
+                            Claim::Replayed(code) => code,
+                            refused => Some(crate::dedup::write_refusal(out, id, refused)),
+                        };
+                        defer.outcome(code);
+                        if let Some(h) = hooks {
+                            self.after(h, req.method, code, false, started);
+                        }
+                        return Answer::Wrote;
+                    }
+                }
+            }
+            _ => None,
+        };
+        match kind {
+            Some((_, Handler::Deferred(f))) => {
                 let responder = match (req.id, hooks) {
-                    (Some(id), _) => defer.responder(id, req.method),
+                    (Some(id), _) => {
+                        let mut r = defer.responder(id, req.method);
+                        if let Some(t) = ticket {
+                            r.set_ticket(t);
+                        }
+                        r
+                    }
                     (None, None) => Responder::detached(),
                     // A notification's answer goes nowhere, but its outcome goes to
                     // the after hook, whenever the responder answers.
@@ -600,7 +665,11 @@ impl Engine {
             }
             _ => {}
         }
+        let mark = out.len();
         let d = dispatch(entry, req, ctx.as_ref(), source, out, limit, max);
+        if let Some(t) = ticket {
+            t.finish(&out[mark..], d.code);
+        }
         defer.outcome(d.code);
         if let Some(h) = hooks {
             self.after(h, req.method, d.code, req.id.is_none(), started);
@@ -610,6 +679,14 @@ impl Engine {
         } else {
             Answer::Nothing
         }
+    }
+
+    /// The de-duplication key of a call with `id` from `source`: by its
+    /// `Idempotency-Key` header, or its authenticated identity.
+    fn dedup_key(&self, d: &Dedup, source: &Source<'_>, id: Id<'_>) -> Option<Digest> {
+        let idem = source.headers.and_then(|h| h.get("idempotency-key"));
+        let who = source.session.and_then(crate::guard::Session::identity);
+        d.key(who.as_deref(), idem, id)
     }
 
     /// The guard's checks for one call: `Err` holds the answer when it was refused (or
@@ -711,7 +788,24 @@ pub(crate) enum Split {
 pub(crate) trait Deferrals {
     /// A call to `method`, a blocking method, at `range` in the frame: return true to
     /// take it (the engine writes nothing for it), false to have it run here.
-    fn blocking(&mut self, range: Range<usize>, id: Option<Id<'_>>, method: &str) -> bool;
+    /// `dedup` is its de-duplication key, to claim where it runs.
+    fn blocking(
+        &mut self,
+        range: Range<usize>,
+        id: Option<Id<'_>>,
+        method: &str,
+        dedup: Option<Digest>,
+    ) -> bool;
+    /// Whether calls may block here (the caller's own thread, a pool worker) rather than
+    /// on a reactor.
+    fn may_block(&self) -> bool {
+        false
+    }
+    /// The de-duplication key of the call being run, made where it was read (a pool
+    /// job's).
+    fn dedup_key(&self) -> Option<Digest> {
+        None
+    }
     /// A responder for a call (not a notification) to `method`, a deferred method.
     fn responder(&mut self, id: Id<'_>, method: &str) -> Responder;
     /// The deadline of calls answered later in this frame.
@@ -747,11 +841,27 @@ struct Wait<'e> {
     hooks: bool,
     /// The error code of the last call answered here.
     code: Option<i32>,
+    /// A pool job's de-duplication key.
+    dedup: Option<Digest>,
 }
 
 impl Deferrals for Wait<'_> {
-    fn blocking(&mut self, _range: Range<usize>, _id: Option<Id<'_>>, _method: &str) -> bool {
+    fn blocking(
+        &mut self,
+        _range: Range<usize>,
+        _id: Option<Id<'_>>,
+        _method: &str,
+        _dedup: Option<Digest>,
+    ) -> bool {
         false
+    }
+
+    fn may_block(&self) -> bool {
+        true
+    }
+
+    fn dedup_key(&self) -> Option<Digest> {
+        self.dedup
     }
 
     fn hooks(&self) -> bool {

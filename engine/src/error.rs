@@ -298,6 +298,7 @@ pub enum FrameError {
 
 /// Why a method could not be registered.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RegisterError {
     /// The name is already registered.
     #[error("method `{0}` is already registered")]
@@ -305,6 +306,9 @@ pub enum RegisterError {
     /// Names beginning with `rpc.` are reserved by the specification.
     #[error("method `{0}` uses the reserved `rpc.` prefix")]
     Reserved(String),
+    /// A setting for a method that is not registered.
+    #[error("method `{0}` is not registered")]
+    Unknown(String),
 }
 
 #[cfg(test)]

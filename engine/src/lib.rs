@@ -99,6 +99,7 @@
 pub mod client;
 mod codec;
 mod config;
+pub mod dedup;
 pub mod demo;
 mod dispatch;
 mod engine;

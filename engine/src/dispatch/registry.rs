@@ -35,6 +35,26 @@ pub(crate) enum Handler {
 pub(crate) struct Entry {
     pub(crate) handler: Handler,
     pub(crate) blocking: bool,
+    /// Retried calls are de-duplicated (with a store set on the engine).
+    pub(crate) dedup: bool,
+}
+
+impl Entry {
+    fn new(handler: Handler) -> Self {
+        Self {
+            handler,
+            blocking: false,
+            dedup: false,
+        }
+    }
+
+    /// Answered here and now with nothing around it: the engine's straight path.
+    #[inline]
+    pub(crate) fn is_plain(&self) -> bool {
+        !self.blocking
+            && !self.dedup
+            && matches!(self.handler, Handler::Call(_) | Handler::Notify(_))
+    }
 }
 
 /// Collects methods; [`RegistryBuilder::freeze`] turns it into a [`Registry`].
@@ -68,11 +88,7 @@ impl RegistryBuilder {
         if self.methods.contains_key(name) {
             return Err(RegisterError::Duplicate(name.to_owned()));
         }
-        let entry = Entry {
-            handler,
-            blocking: false,
-        };
-        self.methods.insert(name.into(), entry);
+        self.methods.insert(name.into(), Entry::new(handler));
         Ok(self)
     }
 
@@ -93,6 +109,40 @@ impl RegistryBuilder {
             e.blocking = true;
         }
         Ok(self)
+    }
+
+    /// Marks the registered method `name` (of any kind) for de-duplication of retried
+    /// calls: with a store set on the engine ([`Engine::with_dedup`]), a retry of a call
+    /// (same key: identity and id, or `Idempotency-Key`) replays the first answer
+    /// instead of running again. For methods that change state; see
+    /// [`dedup`](crate::dedup).
+    ///
+    /// # Errors
+    ///
+    /// [`RegisterError::Unknown`] if no method `name` is registered.
+    ///
+    /// [`Engine::with_dedup`]: crate::Engine::with_dedup
+    pub fn dedup(&mut self, name: &str) -> Result<&mut Self, RegisterError> {
+        let entry = self
+            .methods
+            .get_mut(name)
+            .ok_or_else(|| RegisterError::Unknown(name.to_owned()))?;
+        entry.dedup = true;
+        Ok(self)
+    }
+
+    /// Registers a typed method marked for de-duplication: [`RegistryBuilder::method`]
+    /// then [`RegistryBuilder::dedup`].
+    ///
+    /// # Errors
+    ///
+    /// As [`RegistryBuilder::method`].
+    pub fn dedup_method<R, F>(&mut self, name: &str, f: F) -> Result<&mut Self, RegisterError>
+    where
+        R: serde::Serialize,
+        F: Fn(Params<'_>) -> Result<R, RpcError> + Send + Sync + 'static,
+    {
+        self.method(name, f)?.dedup(name)
     }
 
     /// Registers a typed method: `f` reads its params with [`Params::parse`] (borrowing
@@ -160,10 +210,7 @@ impl RegistryBuilder {
             + Sync
             + 'static,
     {
-        self.fallback = Some(Entry {
-            handler: Handler::CallCtx(Box::new(f)),
-            blocking: false,
-        });
+        self.fallback = Some(Entry::new(Handler::CallCtx(Box::new(f))));
         self
     }
 
@@ -173,10 +220,7 @@ impl RegistryBuilder {
     where
         F: Fn(&Context<'_>, Params<'_>, Responder) + Send + Sync + 'static,
     {
-        self.fallback = Some(Entry {
-            handler: Handler::Deferred(Box::new(f)),
-            blocking: false,
-        });
+        self.fallback = Some(Entry::new(Handler::Deferred(Box::new(f))));
         self
     }
 
@@ -232,6 +276,11 @@ impl Registry {
     #[inline]
     pub(crate) fn get(&self, name: &str) -> Option<&Entry> {
         self.methods.get(name).or(self.fallback.as_ref())
+    }
+
+    /// Whether `name` is registered and marked for de-duplication.
+    pub fn is_dedup(&self, name: &str) -> bool {
+        self.methods.get(name).is_some_and(|e| e.dedup)
     }
 
     /// Whether `name` is registered as blocking.

@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::dedup::Ticket;
 use crate::dispatch::hooks::{Answered, Hooks};
 use crate::dispatch::too_large;
 use crate::engine::OwnedId;
@@ -107,6 +108,18 @@ struct Bound {
     id: OwnedId,
     /// `max_response_bytes`.
     max: usize,
+    /// The call was claimed for de-duplication: its answer is stored when given.
+    ticket: Option<Ticket>,
+}
+
+impl Bound {
+    /// Hands the answer over (storing it first for de-duplication).
+    fn complete(self, out: Vec<u8>, code: Option<i32>) {
+        if let Some(t) = &self.ticket {
+            t.finish(&out, code);
+        }
+        self.target.complete(self.tag, out, code);
+    }
 }
 
 impl std::fmt::Debug for Responder {
@@ -126,12 +139,21 @@ impl Responder {
                 tag,
                 id,
                 max,
+                ticket: None,
             }),
             hooked: None,
         }
     }
 
     /// A responder whose answers go nowhere (a notification's).
+    /// Stores the answer under `ticket` when it is given (a call claimed for
+    /// de-duplication).
+    pub(crate) fn set_ticket(&mut self, ticket: Ticket) {
+        if let Some(b) = &mut self.bound {
+            b.ticket = Some(ticket);
+        }
+    }
+
     pub(crate) fn detached() -> Self {
         Self {
             bound: None,
@@ -178,7 +200,7 @@ impl Responder {
         if let Some(b) = self.bound.take() {
             let mut out = b.target.buffer();
             write_rpc_error(&mut out, b.id.as_id(), &e);
-            b.target.complete(b.tag, out, Some(e.code()));
+            b.complete(out, Some(e.code()));
         }
     }
 
@@ -214,7 +236,7 @@ impl Responder {
                 Some(e.code())
             }
         };
-        b.target.complete(b.tag, out, code);
+        b.complete(out, code);
     }
 }
 
@@ -234,8 +256,7 @@ impl Drop for Responder {
                      or it panicked)"
                 ),
             );
-            b.target
-                .complete(b.tag, out, Some(ErrorCode::InternalError.code()));
+            b.complete(out, Some(ErrorCode::InternalError.code()));
         }
     }
 }

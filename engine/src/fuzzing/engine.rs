@@ -242,7 +242,13 @@ fn check_frame(h: &mut Harness, frame: &[u8], lenient: bool) {
 struct Collect(Vec<(Range<usize>, Option<OwnedId>)>);
 
 impl Deferrals for Collect {
-    fn blocking(&mut self, range: Range<usize>, id: Option<Id<'_>>, _method: &str) -> bool {
+    fn blocking(
+        &mut self,
+        range: Range<usize>,
+        id: Option<Id<'_>>,
+        _method: &str,
+        _dedup: Option<crate::dedup::Digest>,
+    ) -> bool {
         self.0.push((range, id.map(OwnedId::from)));
         true
     }

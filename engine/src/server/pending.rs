@@ -32,6 +32,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use super::pool::{Job, Pool};
 use crate::codec::Id;
 use crate::config::ServerConfig;
+use crate::dedup::Digest;
 use crate::dispatch::context::Connection;
 use crate::dispatch::hooks::{Answered, Hooks};
 use crate::dispatch::responder::{Complete, Responder, Tag};
@@ -126,8 +127,9 @@ impl Complete for ReplyTo {
 /// What an element of a slot is waiting for.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Work {
-    /// A blocking call: its bytes in the slot's frame, for the pool.
-    Pool(Range<usize>),
+    /// A blocking call: its bytes in the slot's frame, for the pool, and its
+    /// de-duplication key (claimed on the worker).
+    Pool(Range<usize>, Option<Digest>),
     /// A deferred method's call: its responder answers.
     Responder,
 }
@@ -234,10 +236,16 @@ impl Sink<'_> {
 }
 
 impl Deferrals for Sink<'_> {
-    fn blocking(&mut self, range: Range<usize>, id: Option<Id<'_>>, method: &str) -> bool {
+    fn blocking(
+        &mut self,
+        range: Range<usize>,
+        id: Option<Id<'_>>,
+        method: &str,
+        dedup: Option<Digest>,
+    ) -> bool {
         let method = self.method(method);
         self.elems.push(Elem {
-            work: Work::Pool(range),
+            work: Work::Pool(range, dedup),
             id: id.map(OwnedId::from),
             state: ElemState::Queued,
             method,
@@ -374,7 +382,7 @@ impl Pending {
         headers: &ServerHeaders,
     ) -> Slot {
         let elems = std::mem::take(&mut self.elems);
-        let has_pool = elems.iter().any(|e| matches!(e.work, Work::Pool(_)));
+        let has_pool = elems.iter().any(|e| matches!(e.work, Work::Pool(..)));
         let batch = match split {
             Split::Batch(b) => Some(b.moved_to(0)),
             Split::Single | Split::Done(_) => None,
@@ -418,7 +426,7 @@ impl Pending {
             if slot.on_pool >= self.batch_concurrency {
                 break;
             }
-            let Work::Pool(range) = &slot.elems[i].work else {
+            let Work::Pool(range, dedup) = &slot.elems[i].work else {
                 continue;
             };
             if slot.elems[i].state != ElemState::Queued {
@@ -435,6 +443,7 @@ impl Pending {
                 },
                 reply_to: Arc::clone(&self.reply_to),
                 deadline: self.timeout.map(|t| Instant::now() + t),
+                dedup: *dedup,
             };
             match self.pool.try_submit(job) {
                 Ok(()) => {
@@ -514,7 +523,7 @@ impl Pending {
             return Completed::Dropped;
         }
         e.state = ElemState::Done;
-        if matches!(e.work, Work::Pool(_)) {
+        if matches!(e.work, Work::Pool(..)) {
             s.on_pool -= 1;
         }
         s.remaining -= 1;

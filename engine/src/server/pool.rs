@@ -16,6 +16,7 @@ use bytes::Bytes;
 use crossbeam_channel::{bounded, Receiver, Sender};
 
 use super::pending::ReplyTo;
+use crate::dedup::Digest;
 use crate::dispatch::context::{Connection, Source};
 use crate::dispatch::responder::{Complete, Tag};
 use crate::engine::Engine;
@@ -31,6 +32,8 @@ pub(crate) struct Job {
     pub(crate) reply_to: Arc<ReplyTo>,
     /// Past this the caller has been answered `-32001` already: the job is skipped.
     pub(crate) deadline: Option<Instant>,
+    /// The call's de-duplication key, made where it was read; claimed here.
+    pub(crate) dedup: Option<Digest>,
 }
 
 /// The pool's queue is full (or the pool is stopping).
@@ -96,7 +99,7 @@ fn work(engine: &Engine, rx: &Receiver<Job>, stopping: &AtomicBool) {
         }
         let mut reply = job.reply_to.buffer();
         let source = Source::new(&job.conn);
-        let code = engine.run_job(&job.frame, &source, &mut scratch, &mut reply);
+        let code = engine.run_job(&job.frame, &source, &mut scratch, &mut reply, job.dedup);
         job.reply_to.complete(job.tag, reply, code);
     }
 }
@@ -157,6 +160,7 @@ mod tests {
             },
             reply_to: Arc::clone(reply_to),
             deadline: None,
+            dedup: None,
         }
     }
 

@@ -1,0 +1,361 @@
+//! De-duplication of retried calls: a client that resends a call (same id, after a
+//! timeout or a dropped connection) gets the first attempt's answer instead of running
+//! a non-idempotent method twice.
+//!
+//! Opt-in per method ([`RegistryBuilder::dedup`]); methods that only read never need
+//! it. A call is de-duplicated when it has a **key**:
+//!
+//! - the HTTP `Idempotency-Key` header's value (with the request id, so the elements of
+//!   a batch stay apart), when present;
+//! - otherwise (identity, request id) for a caller the [`Guard`](crate::guard::Guard)
+//!   authenticated. Anonymous calls without the header are not de-duplicated: ids repeat
+//!   across clients (two processes both send id 1).
+//!
+//! With the key a **fingerprint** of the method and the raw params bytes is stored. A
+//! retry of a finished call replays the stored answer (result or error) with the new
+//! request's id; one that arrives while the first still runs answers `-32042` (with
+//! `retryAfterMs`); the same key with another fingerprint answers `-32043` and runs
+//! nothing. Only calls that started are stored: refusals (`-32700`, `-32600`,
+//! `-32601`, `-32602`, `-32005`, `-32000`) free the key again. A call answered
+//! `-32001` (its deadline passed) stays in progress until its handler really finishes,
+//! and the retry then gets the real outcome.
+//!
+//! Stores: in memory ([`Dedup::memory`]: bounded in bytes, entries live for a TTL, no
+//! allocation per call in steady state), or Redis ([`Dedup::redis`], cargo feature
+//! `redis`) for several instances serving the same clients.
+//!
+//! ```
+//! use std::time::Duration;
+//! use ringrpc::dedup::Dedup;
+//! use ringrpc::guard::{Guard, Session};
+//! use ringrpc::{demo, Config, Connection, Engine, Peer, Source, Transport};
+//!
+//! let guard = Guard::new().with_keys_toml("[[key]]\nname = \"app\"\ntoken = \"t\"\nallow = [\"*\"]\n")?;
+//! let engine = demo::engine(Config::default())
+//!     .with_guard(guard)
+//!     .with_dedup(Dedup::memory(1 << 20, Duration::from_secs(600)));
+//! let conn = Connection::new(Transport::Tcp, Peer::Unknown, 1);
+//! let session = Session::new();
+//! let source = Source::new(&conn).with_session(&session);
+//! let (mut scratch, mut out) = (engine.scratch(), Vec::new());
+//! let mut call = |frame: &str| {
+//!     out.clear();
+//!     let _ = engine.handle_from(frame.as_bytes(), &source, &mut scratch, &mut out);
+//!     String::from_utf8(out.clone()).unwrap()
+//! };
+//! call(r#"{"jsonrpc":"2.0","method":"rpc.auth","params":{"token":"t"},"id":0}"#);
+//! // `incr` is marked for de-duplication: the retry of id 7 does not add again.
+//! assert_eq!(call(r#"{"jsonrpc":"2.0","method":"incr","params":[5],"id":7}"#), r#"{"jsonrpc":"2.0","id":7,"result":5}"#);
+//! assert_eq!(call(r#"{"jsonrpc":"2.0","method":"incr","params":[5],"id":7}"#), r#"{"jsonrpc":"2.0","id":7,"result":5}"#);
+//! assert_eq!(call(r#"{"jsonrpc":"2.0","method":"get_counter","id":8}"#), r#"{"jsonrpc":"2.0","id":8,"result":5}"#);
+//! // The same id with other params is a mistake, not a retry.
+//! assert!(call(r#"{"jsonrpc":"2.0","method":"incr","params":[6],"id":7}"#).contains("-32043"));
+//! # Ok::<(), ringrpc::guard::GuardError>(())
+//! ```
+//!
+//! [`RegistryBuilder::dedup`]: crate::RegistryBuilder::dedup
+
+pub(crate) mod memory;
+#[cfg(feature = "redis")]
+pub(crate) mod redis;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::codec::Id;
+use crate::error::{
+    INVALID_PARAMS, INVALID_REQUEST, LIMIT_EXCEEDED, METHOD_NOT_FOUND, PARSE_ERROR, SERVER_BUSY,
+};
+use crate::serializer::response::{write_error_tail, write_prefix};
+
+/// The default time a stored answer is kept: 10 minutes.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
+
+/// The default memory bound of [`Dedup::memory`]'s store: 64 MiB.
+pub const DEFAULT_MAX_BYTES: usize = 64 << 20;
+
+/// A call's key (who, which request) or fingerprint (which method and params), hashed
+/// to 128 bits by the store: keyed SipHash in memory, SHA-256 (the same in every
+/// instance) for Redis.
+pub(crate) type Digest = [u8; 16];
+
+/// What a store says about a claimed key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// New: run the call, then [`Store::finish`] (or [`Store::release`]) it.
+    Run,
+    /// Answered before: the stored answer was written with the new id; its code.
+    Replayed(Option<i32>),
+    /// The first attempt still runs.
+    InProgress,
+    /// The key was used with another method or params.
+    Mismatch,
+    /// The store cannot be reached (Redis down) and failures are closed.
+    Unavailable,
+    /// The store cannot be reached and failures are open: run without de-duplication.
+    Bypass,
+}
+
+/// Where answers are kept, keyed by [`Digest`]s.
+pub(crate) trait Store: Send + Sync {
+    /// Hashes the parts of a key or fingerprint (each part length-prefixed).
+    fn digest(&self, parts: &[&[u8]]) -> Digest;
+    /// Claims `key` for a call with fingerprint `fp`. A replay is written to `out` as a
+    /// whole response with `id`.
+    fn claim(&self, key: &Digest, fp: &Digest, id: Id<'_>, out: &mut Vec<u8>) -> Claim;
+    /// Stores the answer of a claimed call: `tail` is the response after its id
+    /// (`"result":…}` or `"error":{…}}`), `code` its error code.
+    fn finish(&self, key: &Digest, fp: &Digest, tail: &[u8], code: Option<i32>);
+    /// Frees a claimed key whose call did not start.
+    fn release(&self, key: &Digest, fp: &Digest);
+    /// Whether claiming may block on I/O (then never on a reactor thread).
+    fn remote(&self) -> bool;
+}
+
+/// A de-duplication store for an [`Engine`](crate::Engine) ([`Engine::with_dedup`]).
+///
+/// [`Engine::with_dedup`]: crate::Engine::with_dedup
+#[derive(Clone)]
+pub struct Dedup {
+    pub(crate) store: Arc<dyn Store>,
+}
+
+impl fmt::Debug for Dedup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dedup")
+            .field("remote", &self.store.remote())
+            .finish()
+    }
+}
+
+impl Dedup {
+    /// Answers kept in this process's memory, at most `max_bytes` of them (oldest evicted
+    /// first), each for `ttl`.
+    pub fn memory(max_bytes: usize, ttl: Duration) -> Self {
+        Self {
+            store: Arc::new(memory::MemoryStore::new(max_bytes, ttl)),
+        }
+    }
+
+    /// Answers kept in Redis at `url` (`redis://HOST:PORT[/DB]`), shared by every
+    /// instance using it, each for `ttl`. Claims are `SET … NX PX`; Redis is only ever
+    /// talked to from worker threads (calls of methods marked for de-duplication go to
+    /// the worker pool). `fail_open`: when Redis cannot be reached, run calls without
+    /// de-duplication instead of answering `-32000`.
+    ///
+    /// # Errors
+    ///
+    /// If `url` is not a Redis URL. (Redis being down is not an error here: it is
+    /// retried per call.)
+    #[cfg(feature = "redis")]
+    pub fn redis(url: &str, ttl: Duration, fail_open: bool) -> Result<Self, DedupError> {
+        Ok(Self {
+            store: Arc::new(redis::RedisStore::new(url, ttl, fail_open)?),
+        })
+    }
+
+    /// Whether claims may block (Redis): such calls run on the worker pool.
+    pub(crate) fn remote(&self) -> bool {
+        self.store.remote()
+    }
+
+    /// The key of a call with `id`, by `identity` or an `Idempotency-Key` value; `None`:
+    /// the call is not de-duplicated.
+    pub(crate) fn key(
+        &self,
+        identity: Option<&str>,
+        idempotency_key: Option<&[u8]>,
+        id: Id<'_>,
+    ) -> Option<Digest> {
+        let mut num = itoa::Buffer::new();
+        let mut float = ryu::Buffer::new();
+        let (kind, id_bytes): (&[u8], &[u8]) = match id {
+            Id::Null => (b"n", b""),
+            Id::Str(s) => (b"s", s.as_bytes()),
+            Id::Int(i) => (b"i", num.format(i).as_bytes()),
+            Id::UInt(u) => (b"i", num.format(u).as_bytes()),
+            Id::Float(f) => (b"f", float.format(f).as_bytes()),
+        };
+        match (idempotency_key, identity) {
+            (Some(k), who) => Some(self.store.digest(&[
+                b"idem",
+                who.unwrap_or_default().as_bytes(),
+                k,
+                kind,
+                id_bytes,
+            ])),
+            (None, Some(who)) => Some(self.store.digest(&[b"id", who.as_bytes(), kind, id_bytes])),
+            (None, None) => None,
+        }
+    }
+
+    /// The fingerprint of a call: its method and raw params bytes.
+    pub(crate) fn fingerprint(&self, method: &str, params: Option<&[u8]>) -> Digest {
+        match params {
+            Some(p) => self.store.digest(&[method.as_bytes(), b"p", p]),
+            None => self.store.digest(&[method.as_bytes(), b"-"]),
+        }
+    }
+}
+
+/// A claimed call's way to its store's [`Store::finish`], wherever it is answered.
+#[derive(Clone)]
+pub(crate) struct Ticket {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) key: Digest,
+    pub(crate) fp: Digest,
+}
+
+impl fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ticket").finish_non_exhaustive()
+    }
+}
+
+impl Ticket {
+    /// Stores `answer` (a whole response object), or frees the key if the call did not
+    /// start (its code says it was refused).
+    pub(crate) fn finish(&self, answer: &[u8], code: Option<i32>) {
+        match (not_started(code), tail(answer)) {
+            (false, Some(tail)) => self.store.finish(&self.key, &self.fp, tail, code),
+            _ => self.store.release(&self.key, &self.fp),
+        }
+    }
+}
+
+/// Codes that mean the call never ran: not stored, so a retry runs it.
+fn not_started(code: Option<i32>) -> bool {
+    matches!(
+        code,
+        Some(
+            PARSE_ERROR
+                | INVALID_REQUEST
+                | METHOD_NOT_FOUND
+                | INVALID_PARAMS
+                | LIMIT_EXCEEDED
+                | SERVER_BUSY
+        )
+    )
+}
+
+/// The part of a response after its id: `"result":…}` or `"error":{…}}`. The engine
+/// wrote the response (`{"jsonrpc":"2.0","id":ID,` first), so the id is a JSON number,
+/// `null` or a string whose end is found by skipping escapes.
+pub(crate) fn tail(answer: &[u8]) -> Option<&[u8]> {
+    const PREFIX: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
+    let rest = answer.strip_prefix(PREFIX)?;
+    let end = if rest.first() == Some(&b'"') {
+        let mut i = 1;
+        loop {
+            match rest.get(i)? {
+                b'\\' => i += 2,
+                b'"' => break i + 1,
+                _ => i += 1,
+            }
+        }
+    } else {
+        memchr::memchr(b',', rest)?
+    };
+    rest.get(end..)?.strip_prefix(b",")
+}
+
+/// Writes a replayed answer: the new id, then the stored tail.
+pub(crate) fn write_replay(out: &mut Vec<u8>, id: Id<'_>, tail: &[u8]) {
+    write_prefix(out, id);
+    out.extend_from_slice(tail);
+}
+
+/// Writes the answer of a claim that does not run the call (in progress — with a
+/// retry hint of 100 ms —, mismatch, store down). Returns its code.
+#[cold]
+pub(crate) fn write_refusal(out: &mut Vec<u8>, id: Id<'_>, claim: Claim) -> i32 {
+    write_prefix(out, id);
+    let (code, message, data): (i32, &str, &str) = match claim {
+        Claim::InProgress => (
+            crate::error::IN_PROGRESS,
+            "In progress: a call with this id is still running; retry later",
+            r#"{"reason":"in_progress","retryAfterMs":100}"#,
+        ),
+        Claim::Mismatch => (
+            crate::error::FINGERPRINT_MISMATCH,
+            "Fingerprint mismatch: this id was used before with another method or params",
+            r#"{"reason":"fingerprint_mismatch"}"#,
+        ),
+        _ => (
+            SERVER_BUSY,
+            "Server busy: the de-duplication store cannot be reached",
+            r#"{"reason":"dedup_unavailable"}"#,
+        ),
+    };
+    write_error_tail(out, code, format_args!("{message}"), Some(data));
+    code
+}
+
+/// A de-duplication store that cannot be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DedupError {
+    /// A Redis URL that cannot be used.
+    #[error("bad Redis URL {url:?}: {reason}")]
+    Url {
+        /// The URL given.
+        url: String,
+        /// Why it cannot be used.
+        reason: String,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tails_skip_any_id() {
+        for (answer, want) in [
+            (
+                &br#"{"jsonrpc":"2.0","id":7,"result":5}"#[..],
+                &br#""result":5}"#[..],
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":null,"result":[1,2]}"#,
+                br#""result":[1,2]}"#,
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":"a,\"b\\","error":{"code":1,"message":"x"}}"#,
+                br#""error":{"code":1,"message":"x"}}"#,
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":-1.5e3,"result":"x,y"}"#,
+                br#""result":"x,y"}"#,
+            ),
+        ] {
+            assert_eq!(
+                tail(answer),
+                Some(want),
+                "{}",
+                String::from_utf8_lossy(answer)
+            );
+        }
+        assert_eq!(tail(b"{}"), None);
+        assert_eq!(tail(br#"{"jsonrpc":"2.0","id":"unterminated"#), None);
+    }
+
+    #[test]
+    fn replays_carry_the_new_id() {
+        let mut out = Vec::new();
+        write_replay(&mut out, Id::Str("n\"ew"), br#""result":5}"#);
+        assert_eq!(out, br#"{"jsonrpc":"2.0","id":"n\"ew","result":5}"#);
+    }
+
+    #[test]
+    fn refusals_are_well_formed() {
+        for claim in [Claim::InProgress, Claim::Mismatch, Claim::Unavailable] {
+            let mut out = Vec::new();
+            let code = write_refusal(&mut out, Id::Int(3), claim);
+            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(v["error"]["code"], code);
+            assert!(v["error"]["data"]["reason"].is_string());
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! The Redis de-duplication store (feature `redis`): being written.
