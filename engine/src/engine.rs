@@ -458,9 +458,10 @@ impl Engine {
             Some(Node::Array { .. }) => {
                 let mut batch = BatchWriter::begin(out, max);
                 let mut later = 0;
-                for elem in elements(nodes) {
+                for (i, elem) in elements(nodes).enumerate() {
                     let mark = batch.element(out);
-                    match self.single(elem, raw, source, out, batch.limit(), defer) {
+                    let at = Some(u32::try_from(i).unwrap_or(u32::MAX));
+                    match self.single(elem, raw, source, out, batch.limit(), defer, at) {
                         Answer::Wrote => batch.kept(),
                         Answer::Nothing => batch.discard(out, mark),
                         Answer::Later => {
@@ -477,7 +478,7 @@ impl Engine {
             }
             _ => {
                 let limit = out.len().saturating_add(max);
-                match self.single(nodes, raw, source, out, limit, defer) {
+                match self.single(nodes, raw, source, out, limit, defer, None) {
                     Answer::Wrote => Split::Done(Outcome::Reply),
                     Answer::Nothing => Split::Done(Outcome::Nothing),
                     Answer::Later => Split::Single,
@@ -486,8 +487,9 @@ impl Engine {
         }
     }
 
-    /// Answers one request object (or batch element).
+    /// Answers one request object (or batch element number `element`).
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     fn single(
         &self,
         nodes: &[Node<'_>],
@@ -496,6 +498,7 @@ impl Engine {
         out: &mut Vec<u8>,
         limit: usize,
         defer: &mut dyn Deferrals,
+        element: Option<u32>,
     ) -> Answer {
         let max = self.config.max_response_bytes;
         let req = match validate(nodes, raw) {
@@ -524,7 +527,7 @@ impl Engine {
                 Answer::Nothing
             };
         }
-        self.single_with(req, entry, nodes, raw, source, out, limit, defer)
+        self.single_with(req, entry, nodes, raw, source, out, limit, defer, element)
     }
 
     /// [`Engine::single`] for the rest: hooks, context-aware handlers, calls answered
@@ -541,6 +544,7 @@ impl Engine {
         out: &mut Vec<u8>,
         limit: usize,
         defer: &mut dyn Deferrals,
+        element: Option<u32>,
     ) -> Answer {
         let max = self.config.max_response_bytes;
         // The server's pool jobs were checked where they were read.
@@ -556,7 +560,7 @@ impl Engine {
         let (dedup, key) = match (&self.dedup, entry, req.id) {
             (Some(d), Some(e), Some(id)) if e.dedup => {
                 let key = if checks {
-                    self.dedup_key(d, source, id)
+                    self.dedup_key(d, source, id, element)
                 } else {
                     defer.dedup_key()
                 };
@@ -681,12 +685,18 @@ impl Engine {
         }
     }
 
-    /// The de-duplication key of a call with `id` from `source`: by its
-    /// `Idempotency-Key` header, or its authenticated identity.
-    fn dedup_key(&self, d: &Dedup, source: &Source<'_>, id: Id<'_>) -> Option<Digest> {
+    /// The de-duplication key of a call with `id` (batch element `element`) from
+    /// `source`: by its `Idempotency-Key` header, or its authenticated identity.
+    fn dedup_key(
+        &self,
+        d: &Dedup,
+        source: &Source<'_>,
+        id: Id<'_>,
+        element: Option<u32>,
+    ) -> Option<Digest> {
         let idem = source.headers.and_then(|h| h.get("idempotency-key"));
         let who = source.session.and_then(crate::guard::Session::identity);
-        d.key(who.as_deref(), idem, id)
+        d.key(who.as_deref(), idem, id, element)
     }
 
     /// The guard's checks for one call: `Err` holds the answer when it was refused (or

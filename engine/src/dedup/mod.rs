@@ -5,8 +5,8 @@
 //! Opt-in per method ([`RegistryBuilder::dedup`]); methods that only read never need
 //! it. A call is de-duplicated when it has a **key**:
 //!
-//! - the HTTP `Idempotency-Key` header's value (with the request id, so the elements of
-//!   a batch stay apart), when present;
+//! - the HTTP `Idempotency-Key` header's value, when present (with the identity, if
+//!   any; the elements of a batch stay apart by their position);
 //! - otherwise (identity, request id) for a caller the [`Guard`](crate::guard::Guard)
 //!   authenticated. Anonymous calls without the header are not de-duplicated: ids repeat
 //!   across clients (two processes both send id 1).
@@ -160,13 +160,18 @@ impl Dedup {
         self.store.remote()
     }
 
-    /// The key of a call with `id`, by `identity` or an `Idempotency-Key` value; `None`:
-    /// the call is not de-duplicated.
+    /// The key of a call with `id` (batch element `element`), by `identity` or an
+    /// `Idempotency-Key` value; `None`: the call is not de-duplicated.
+    ///
+    /// Under an `Idempotency-Key` the id is not part of the key (a client library may
+    /// number each attempt anew): the key names the request, and a batch's elements by
+    /// their position in it.
     pub(crate) fn key(
         &self,
         identity: Option<&str>,
         idempotency_key: Option<&[u8]>,
         id: Id<'_>,
+        element: Option<u32>,
     ) -> Option<Digest> {
         let mut num = itoa::Buffer::new();
         let mut float = ryu::Buffer::new();
@@ -178,13 +183,13 @@ impl Dedup {
             Id::Float(f) => (b"f", float.format(f).as_bytes()),
         };
         match (idempotency_key, identity) {
-            (Some(k), who) => Some(self.store.digest(&[
-                b"idem",
-                who.unwrap_or_default().as_bytes(),
-                k,
-                kind,
-                id_bytes,
-            ])),
+            (Some(k), who) => {
+                let at = element.map_or([0xff; 4], u32::to_le_bytes);
+                Some(
+                    self.store
+                        .digest(&[b"idem", who.unwrap_or_default().as_bytes(), k, &at]),
+                )
+            }
             (None, Some(who)) => Some(self.store.digest(&[b"id", who.as_bytes(), kind, id_bytes])),
             (None, None) => None,
         }
