@@ -594,15 +594,12 @@ impl Engine {
                 };
             }
         }
-        match kind {
-            Some((true, _)) => {
-                if let Some(range) = raw.container_range(nodes) {
-                    if defer.blocking(range, req.id, req.method, key) {
-                        return Answer::Later;
-                    }
+        if let Some((true, _)) = kind {
+            if let Some(range) = raw.container_range(nodes) {
+                if defer.blocking(range, req.id, req.method, key) {
+                    return Answer::Later;
                 }
             }
-            _ => {}
         }
         // Claimed here, where it runs: replays and refusals are answered now.
         let ticket = match (dedup, key, req.id) {

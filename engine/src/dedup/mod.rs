@@ -82,6 +82,7 @@ pub(crate) type Digest = [u8; 16];
 
 /// What a store says about a claimed key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) enum Claim {
     /// New: run the call, then [`Store::finish`] (or [`Store::release`]) it.
     Run,
