@@ -627,44 +627,41 @@ impl Engine {
             }
             _ => None,
         };
-        match kind {
-            Some((_, Handler::Deferred(f))) => {
-                let responder = match (req.id, hooks) {
-                    (Some(id), _) => {
-                        let mut r = defer.responder(id, req.method);
-                        if let Some(t) = ticket {
-                            r.set_ticket(t);
-                        }
-                        r
+        if let Some((_, Handler::Deferred(f))) = kind {
+            let responder = match (req.id, hooks) {
+                (Some(id), _) => {
+                    let mut r = defer.responder(id, req.method);
+                    if let Some(t) = ticket {
+                        r.set_ticket(t);
                     }
-                    (None, None) => Responder::detached(),
-                    // A notification's answer goes nowhere, but its outcome goes to
-                    // the after hook, whenever the responder answers.
-                    (None, Some(_)) => match (&self.hooks, started) {
-                        (Some(h), Some(at)) => Responder::hooked(Arc::clone(h), req.method, at),
-                        _ => Responder::detached(),
-                    },
-                };
-                let ctx = ctx.unwrap_or_else(|| Context::new(*source, req.method, req.id, None));
-                // A panic drops the responder while unwinding, which answers -32603:
-                // caught here so the thread lives on.
-                let ran = catch_unwind(AssertUnwindSafe(|| f(&ctx, req.params, responder)));
-                // (A panic dropped the responder, which answered -32603.)
-                let _ = ran;
-                return match req.id {
-                    None => Answer::Nothing,
-                    Some(_) => match defer.answered(out) {
-                        Some(code) => {
-                            if let Some(h) = hooks {
-                                self.after(h, req.method, code, false, started);
-                            }
-                            Answer::Wrote
+                    r
+                }
+                (None, None) => Responder::detached(),
+                // A notification's answer goes nowhere, but its outcome goes to
+                // the after hook, whenever the responder answers.
+                (None, Some(_)) => match (&self.hooks, started) {
+                    (Some(h), Some(at)) => Responder::hooked(Arc::clone(h), req.method, at),
+                    _ => Responder::detached(),
+                },
+            };
+            let ctx = ctx.unwrap_or_else(|| Context::new(*source, req.method, req.id, None));
+            // A panic drops the responder while unwinding, which answers -32603:
+            // caught here so the thread lives on.
+            let ran = catch_unwind(AssertUnwindSafe(|| f(&ctx, req.params, responder)));
+            // (A panic dropped the responder, which answered -32603.)
+            let _ = ran;
+            return match req.id {
+                None => Answer::Nothing,
+                Some(_) => match defer.answered(out) {
+                    Some(code) => {
+                        if let Some(h) = hooks {
+                            self.after(h, req.method, code, false, started);
                         }
-                        None => Answer::Later,
-                    },
-                };
-            }
-            _ => {}
+                        Answer::Wrote
+                    }
+                    None => Answer::Later,
+                },
+            };
         }
         let mark = out.len();
         let d = dispatch(entry, req, ctx.as_ref(), source, out, limit, max);
