@@ -689,8 +689,10 @@ impl Engine {
         element: Option<u32>,
     ) -> Option<Digest> {
         let idem = source.headers.and_then(|h| h.get("idempotency-key"));
-        let who = source.session.and_then(crate::guard::Session::identity);
-        d.key(who.as_deref(), idem, id, element)
+        match source.session {
+            Some(s) => s.with_identity(|who| d.key(who, idem, id, element)),
+            None => d.key(None, idem, id, element),
+        }
     }
 
     /// The guard's checks for one call: `Err` holds the answer when it was refused (or

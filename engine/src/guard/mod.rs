@@ -419,7 +419,12 @@ impl Guard {
     fn charge_peer(&self, source: &Source<'_>, method: &str) -> Result<(), Denied> {
         match (&self.peers, source.conn.peer()) {
             (Some(limiter), Peer::Ip(addr)) => {
-                let cost = self.keys().weight(method);
+                // Weights come from a key file; without one every call costs 1.
+                let cost = if self.key_file.is_some() || self.required {
+                    self.keys().weight(method)
+                } else {
+                    1
+                };
                 limiter
                     .charge(addr.ip(), now_ns(), cost)
                     .map_err(Denied::Limited)
@@ -533,6 +538,14 @@ impl Session {
     pub fn identity(&self) -> Option<Arc<str>> {
         let st = self.state.try_borrow().ok()?;
         st.principal.as_ref().map(|p| Arc::clone(&p.name))
+    }
+
+    /// Runs `f` with the identity, borrowed (no reference count touched).
+    pub(crate) fn with_identity<R>(&self, f: impl FnOnce(Option<&str>) -> R) -> R {
+        match self.state.try_borrow() {
+            Ok(st) => f(st.principal.as_ref().map(|p| &*p.name)),
+            Err(_) => f(None),
+        }
     }
 }
 
