@@ -75,7 +75,7 @@ fn bench_frame(
         b.iter(|| {
             out.clear();
             let r = engine.handle_from(black_box(frame), source, &mut scratch, &mut out);
-            black_box((r, &out));
+            let _ = black_box((r, &out));
         });
     });
     g.finish();
@@ -195,7 +195,7 @@ fn dedup(c: &mut Criterion) {
                 let frame = &frames[i & ((1 << 17) - 1)];
                 i += 1;
                 let r = stored.handle_from(black_box(frame), &source, &mut scratch, &mut out);
-                black_box((r, &out));
+                let _ = black_box((r, &out));
             });
         });
         g.finish();
