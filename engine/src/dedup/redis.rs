@@ -1,1 +1,461 @@
-//! The Redis de-duplication store (feature `redis`): being written.
+//! The Redis de-duplication store (feature `redis`): answers shared by every instance
+//! that uses the same Redis.
+//!
+//! One Redis string per key, `ringrpc:dedup:<hex of the key digest>`, holding either
+//!
+//! - a claim marker, `R<hex fp>`, while the call runs, or
+//! - the answer, `D<hex fp><code>\n<tail>`: the code in decimal (empty for a result),
+//!   then the response's bytes after its id.
+//!
+//! Both expire after the TTL (`PX`). A claim is `SET … NX PX`, so of several instances
+//! racing for a key exactly one runs the call; finishing and releasing are Lua
+//! compare-and-set scripts that only touch the key while it still holds this call's
+//! marker, so a late or duplicate finish cannot overwrite another call's answer.
+//!
+//! Unlike the memory store, a running call's marker also expires after the TTL: a call
+//! that runs longer than the TTL can then be run again by a retry.
+//!
+//! Talked to only from threads that may block (pool workers, deferred responders, an
+//! embedding host's own thread), synchronously, every step bounded: connecting takes
+//! at most [`CONNECT_TIMEOUT`], each read and write at most [`IO_TIMEOUT`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use redis::{Client, Connection, ErrorKind, RedisError, RedisResult, Value};
+use sha2::{Digest as _, Sha256};
+
+use super::{write_replay, Claim, DedupError, Digest, Store};
+use crate::codec::Id;
+
+/// How long a new connection may take (TCP connect and the Redis handshake).
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long one read or write on a connection may take.
+pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// After a connect that timed out, how long further connects fail at once: an
+/// unreachable Redis (packets dropped, not refused) would otherwise hold every worker
+/// for [`CONNECT_TIMEOUT`] per call.
+const BACKOFF: Duration = Duration::from_millis(250);
+
+/// Idle connections kept for reuse; more are closed when returned.
+const POOL: usize = 16;
+
+/// The prefix of every key this store writes.
+const PREFIX: &str = "ringrpc:dedup:";
+
+/// Sets the finished value only if the key still holds this call's marker.
+/// KEYS[1] key, ARGV[1] marker, ARGV[2] finished value, ARGV[3] TTL in ms.
+const FINISH: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+     redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 1 end return 0";
+
+/// Deletes the key only if it still holds this call's marker.
+/// KEYS[1] key, ARGV[1] marker.
+const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+     return redis.call('DEL', KEYS[1]) end return 0";
+
+/// Answers in Redis.
+pub(crate) struct RedisStore {
+    client: Client,
+    /// Idle connections; one is taken for each operation and put back after it
+    /// succeeded (one that failed is dropped: its state is unknown).
+    pool: Mutex<Vec<Connection>>,
+    ttl_ms: u64,
+    fail_open: bool,
+    /// Nanoseconds since `epoch` before which connecting is not tried ([`BACKOFF`]).
+    retry_at: AtomicU64,
+    epoch: Instant,
+}
+
+impl RedisStore {
+    /// A store at `url`, entries kept for `ttl`; `fail_open`: claims answer
+    /// [`Claim::Bypass`] instead of [`Claim::Unavailable`] when Redis fails. Does not
+    /// connect: Redis may be down at start, and is retried per call.
+    pub(crate) fn new(url: &str, ttl: Duration, fail_open: bool) -> Result<Self, DedupError> {
+        let client = Client::open(url).map_err(|e| DedupError::Url {
+            url: redact(url),
+            reason: e.to_string(),
+        })?;
+        Ok(Self {
+            client,
+            pool: Mutex::new(Vec::new()),
+            // Redis refuses `PX 0` and expiries past its clock's range; 2^53 ms is
+            // beyond any TTL meant.
+            ttl_ms: u64::try_from(ttl.as_millis())
+                .unwrap_or(u64::MAX)
+                .clamp(1, 1 << 53),
+            fail_open,
+            retry_at: AtomicU64::new(0),
+            epoch: Instant::now(),
+        })
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn idle(&self) -> MutexGuard<'_, Vec<Connection>> {
+        // The pool is a plain Vec: a panic elsewhere cannot leave it inconsistent.
+        self.pool.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new connection, with the I/O timeouts set.
+    fn connect(&self) -> RedisResult<Connection> {
+        if self.now() < self.retry_at.load(Ordering::Relaxed) {
+            return Err(RedisError::from((
+                ErrorKind::Io,
+                "Redis did not answer a connect moments ago",
+            )));
+        }
+        let conn = self
+            .client
+            .get_connection_with_timeout(CONNECT_TIMEOUT)
+            .inspect_err(|e| {
+                if e.is_timeout() {
+                    let at = self
+                        .now()
+                        .saturating_add(u64::try_from(BACKOFF.as_nanos()).unwrap_or(u64::MAX));
+                    self.retry_at.store(at, Ordering::Relaxed);
+                }
+            })?;
+        conn.set_read_timeout(Some(IO_TIMEOUT))?;
+        conn.set_write_timeout(Some(IO_TIMEOUT))?;
+        Ok(conn)
+    }
+
+    fn put_back(&self, conn: Connection) {
+        let mut idle = self.idle();
+        if idle.len() < POOL {
+            idle.push(conn);
+        }
+    }
+
+    /// Runs `op` on a pooled or new connection. `op` must be safe to run twice: when a
+    /// pooled connection turns out dead (Redis restarted since it was opened), the
+    /// idle ones are dropped too and `op` runs once more on a new connection. Not on a
+    /// timeout, whose command may have run.
+    fn with_conn<T>(
+        &self,
+        mut op: impl FnMut(&mut Connection) -> RedisResult<T>,
+    ) -> RedisResult<T> {
+        let pooled = self.idle().pop();
+        let was_pooled = pooled.is_some();
+        let mut conn = match pooled {
+            Some(c) => c,
+            None => self.connect()?,
+        };
+        match op(&mut conn) {
+            Ok(v) => {
+                self.put_back(conn);
+                Ok(v)
+            }
+            Err(e) if was_pooled && e.is_connection_dropped() && !e.is_timeout() => {
+                drop(conn);
+                self.idle().clear();
+                let mut conn = self.connect()?;
+                let v = op(&mut conn)?;
+                self.put_back(conn);
+                Ok(v)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The claim, or the Redis error that prevented it.
+    fn try_claim(
+        &self,
+        key: &Digest,
+        fp: &Digest,
+        id: Id<'_>,
+        out: &mut Vec<u8>,
+    ) -> RedisResult<Claim> {
+        let k = redis_key(key);
+        let marker = marker(fp);
+        let found = self.with_conn(|c| {
+            // Twice: the key may expire between a refused SET and the GET.
+            for _ in 0..2 {
+                let set: Value = redis::cmd("SET")
+                    .arg(&k)
+                    .arg(&marker)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(self.ttl_ms)
+                    .query(c)?;
+                match set {
+                    Value::Okay => return Ok(Found::Claimed),
+                    Value::Nil => {}
+                    _ => return Err(unexpected()),
+                }
+                let got: Option<Vec<u8>> = redis::cmd("GET").arg(&k).query(c)?;
+                if let Some(v) = got {
+                    return Ok(Found::Value(v));
+                }
+            }
+            Ok(Found::Churning)
+        })?;
+        let value = match found {
+            Found::Claimed => return Ok(Claim::Run),
+            // Taken and gone twice in a row: other calls hold it briefly; retry later.
+            Found::Churning => return Ok(Claim::InProgress),
+            Found::Value(v) => v,
+        };
+        match parse(&value) {
+            Some(Stored::Running(theirs)) if theirs == hex(fp).as_bytes() => Ok(Claim::InProgress),
+            Some(Stored::Done(theirs, code, tail)) if theirs == hex(fp).as_bytes() => {
+                write_replay(out, id, tail);
+                Ok(Claim::Replayed(code))
+            }
+            Some(_) => Ok(Claim::Mismatch),
+            // Not a value this store wrote: the key is unusable, like Redis being down.
+            None => Err(unexpected()),
+        }
+    }
+}
+
+impl Store for RedisStore {
+    fn digest(&self, parts: &[&[u8]]) -> Digest {
+        // Unkeyed, so every instance computes the same digest for the same call; SHA-256
+        // so a caller still cannot aim two keys at one digest.
+        let mut h = Sha256::new();
+        for p in parts {
+            h.update((p.len() as u64).to_le_bytes());
+            h.update(p);
+        }
+        let full = h.finalize();
+        let mut d = [0u8; 16];
+        d.copy_from_slice(&full[..16]);
+        d
+    }
+
+    fn claim(&self, key: &Digest, fp: &Digest, id: Id<'_>, out: &mut Vec<u8>) -> Claim {
+        match self.try_claim(key, fp, id, out) {
+            Ok(claim) => claim,
+            Err(_) if self.fail_open => Claim::Bypass,
+            Err(_) => Claim::Unavailable,
+        }
+    }
+
+    /// Errors are dropped: the marker then stays until the TTL, and retries meanwhile
+    /// answer `-32042`.
+    fn finish(&self, key: &Digest, fp: &Digest, tail: &[u8], code: Option<i32>) {
+        let k = redis_key(key);
+        let marker = marker(fp);
+        let mut value = Vec::with_capacity(1 + 32 + 11 + 1 + tail.len());
+        value.push(b'D');
+        value.extend_from_slice(hex(fp).as_bytes());
+        if let Some(code) = code {
+            value.extend_from_slice(itoa::Buffer::new().format(code).as_bytes());
+        }
+        value.push(b'\n');
+        value.extend_from_slice(tail);
+        let _ = self.with_conn(|c| {
+            redis::cmd("EVAL")
+                .arg(FINISH)
+                .arg(1)
+                .arg(&k)
+                .arg(&marker)
+                .arg(&value)
+                .arg(self.ttl_ms)
+                .query::<Value>(c)
+        });
+    }
+
+    /// Errors are dropped: the marker then stays until the TTL, and retries meanwhile
+    /// answer `-32042`.
+    fn release(&self, key: &Digest, fp: &Digest) {
+        let k = redis_key(key);
+        let marker = marker(fp);
+        let _ = self.with_conn(|c| {
+            redis::cmd("EVAL")
+                .arg(RELEASE)
+                .arg(1)
+                .arg(&k)
+                .arg(&marker)
+                .query::<Value>(c)
+        });
+    }
+
+    fn remote(&self) -> bool {
+        true
+    }
+}
+
+/// What a claim's `SET NX` (and `GET`) found.
+enum Found {
+    /// The key was free: claimed.
+    Claimed,
+    /// The key's value.
+    Value(Vec<u8>),
+    /// Taken, then expired before it could be read, twice.
+    Churning,
+}
+
+/// A value read back from a key.
+#[derive(Debug, PartialEq, Eq)]
+enum Stored<'a> {
+    /// A claim marker: its fingerprint (hex).
+    Running(&'a [u8]),
+    /// An answer: its fingerprint (hex), code and tail.
+    Done(&'a [u8], Option<i32>, &'a [u8]),
+}
+
+/// Reads a value this store wrote; `None` for anything else.
+fn parse(value: &[u8]) -> Option<Stored<'_>> {
+    const FP: usize = 32;
+    let (&kind, rest) = value.split_first()?;
+    let fp = rest.get(..FP)?;
+    let rest = rest.get(FP..)?;
+    match kind {
+        b'R' if rest.is_empty() => Some(Stored::Running(fp)),
+        b'D' => {
+            let nl = memchr::memchr(b'\n', rest)?;
+            let code = match &rest[..nl] {
+                [] => None,
+                digits => Some(std::str::from_utf8(digits).ok()?.parse().ok()?),
+            };
+            Some(Stored::Done(fp, code, &rest[nl + 1..]))
+        }
+        _ => None,
+    }
+}
+
+fn redis_key(key: &Digest) -> String {
+    let mut k = String::with_capacity(PREFIX.len() + 32);
+    k.push_str(PREFIX);
+    k.push_str(&hex(key));
+    k
+}
+
+fn marker(fp: &Digest) -> String {
+    let mut m = String::with_capacity(33);
+    m.push('R');
+    m.push_str(&hex(fp));
+    m
+}
+
+fn hex(d: &Digest) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(32);
+    for b in d {
+        s.push(char::from(HEX[usize::from(b >> 4)]));
+        s.push(char::from(HEX[usize::from(b & 15)]));
+    }
+    s
+}
+
+fn unexpected() -> RedisError {
+    RedisError::from((
+        ErrorKind::UnexpectedReturnType,
+        "a reply or value this store did not write",
+    ))
+}
+
+/// `url` without the password of its user info: it goes into an error message.
+fn redact(url: &str) -> String {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let authority_end = url[start..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| start + i);
+    match url[start..authority_end].rfind('@') {
+        Some(at) => format!("{}***{}", &url[..start], &url[start + at..]),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> RedisStore {
+        RedisStore::new("redis://127.0.0.1:1/", Duration::from_secs(60), false).unwrap()
+    }
+
+    #[test]
+    fn digests_are_the_same_everywhere_and_length_prefixed() {
+        let (a, b) = (store(), store());
+        assert_eq!(
+            a.digest(&[b"id", b"app", b"i", b"7"]),
+            b.digest(&[b"id", b"app", b"i", b"7"])
+        );
+        // The parts' boundaries count.
+        assert_ne!(a.digest(&[b"ab", b"c"]), a.digest(&[b"a", b"bc"]));
+        // SHA-256 of u64 LE 0: fixed across versions and machines, so instances of
+        // different builds agree.
+        assert_eq!(hex(&a.digest(&[b""])), "af5570f5a1810b7af78caf4bc70a660f");
+    }
+
+    #[test]
+    fn values_round_trip() {
+        let fp = [0xabu8; 16];
+        let h = hex(&fp);
+        assert_eq!(
+            parse(marker(&fp).as_bytes()),
+            Some(Stored::Running(h.as_bytes()))
+        );
+        let done = format!("D{h}-32001\n\"error\":{{}}}}");
+        assert_eq!(
+            parse(done.as_bytes()),
+            Some(Stored::Done(h.as_bytes(), Some(-32001), b"\"error\":{}}"))
+        );
+        let done = format!("D{h}\n\"result\":\"a\nb\"}}");
+        assert_eq!(
+            parse(done.as_bytes()),
+            Some(Stored::Done(h.as_bytes(), None, b"\"result\":\"a\nb\"}"))
+        );
+        for bad in [
+            "",
+            "R",
+            "Rabc",
+            &format!("R{h}x"),
+            &format!("D{h}"),
+            &format!("D{h}x\n"),
+            &format!("X{h}"),
+        ] {
+            assert_eq!(parse(bad.as_bytes()), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn keys_are_prefixed_hex() {
+        let mut d = [0u8; 16];
+        d[0] = 0x0f;
+        d[15] = 0xf0;
+        assert_eq!(
+            redis_key(&d),
+            "ringrpc:dedup:0f0000000000000000000000000000f0"
+        );
+    }
+
+    #[test]
+    fn bad_urls_are_refused_without_their_password() {
+        let err = RedisStore::new("http://user:secret@host/", Duration::from_secs(1), false)
+            .err()
+            .expect("not a Redis URL");
+        let text = err.to_string();
+        assert!(!text.contains("secret"), "{text}");
+        assert!(text.contains("http://***@host/"), "{text}");
+        assert_eq!(redact("redis://h:6379/0"), "redis://h:6379/0");
+        assert_eq!(redact("redis://:p@ss@h/0?x=@"), "redis://***@h/0?x=@");
+    }
+
+    #[test]
+    fn an_unreachable_redis_is_unavailable_or_bypassed_quickly() {
+        // Port 1 on loopback refuses at once.
+        let mut out = Vec::new();
+        let (k, fp) = ([1u8; 16], [2u8; 16]);
+        assert_eq!(
+            store().claim(&k, &fp, Id::Int(1), &mut out),
+            Claim::Unavailable
+        );
+        let open = RedisStore::new("redis://127.0.0.1:1/", Duration::from_secs(60), true).unwrap();
+        assert_eq!(open.claim(&k, &fp, Id::Int(1), &mut out), Claim::Bypass);
+        assert!(out.is_empty());
+        // Neither panics nor blocks.
+        open.finish(&k, &fp, b"x}", None);
+        open.release(&k, &fp);
+    }
+}
