@@ -1,0 +1,286 @@
+//! De-duplication in Redis, against a real `redis-server` (util/redis.rs starts one per
+//! test; a missing one fails the test): two engines sharing one Redis behave as one
+//! for retried calls, refusals are not stored, Redis going down fails closed (or open)
+//! and coming back needs no restart, and over real sockets a call past its deadline
+//! stays in progress until its handler finishes.
+
+mod util;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ringrpc::dedup::Dedup;
+use ringrpc::guard::{Guard, Session};
+use ringrpc::{demo, Config, Connection, Engine, Params, Peer, RpcError, ServerConfig, Source};
+use ringrpc::{Scratch, Transport};
+use serde_json::{json, Value};
+use util::redis::RedisServer;
+use util::server::Served;
+
+const KEYS: &str = "[[key]]\nname = \"app\"\ntoken = \"t\"\nallow = [\"*\"]\n\
+                    [[key]]\nname = \"other\"\ntoken = \"u\"\nallow = [\"*\"]\n";
+
+const TTL: Duration = Duration::from_secs(600);
+
+fn guard() -> Guard {
+    Guard::new().with_keys_toml(KEYS).unwrap()
+}
+
+/// A demo engine with the guard and a Redis store at `url`.
+fn instance(url: &str, fail_open: bool) -> Engine {
+    demo::engine(Config::default())
+        .with_guard(guard())
+        .with_dedup(Dedup::redis(url, TTL, fail_open).unwrap())
+}
+
+/// One caller of an embedded engine: its connection, session and buffers.
+struct Caller<'e> {
+    engine: &'e Engine,
+    conn: Connection,
+    session: Session,
+    scratch: Scratch,
+}
+
+impl<'e> Caller<'e> {
+    /// A caller authenticated with `token`.
+    fn new(engine: &'e Engine, token: &str) -> Self {
+        let mut c = Self {
+            engine,
+            conn: Connection::new(Transport::Tcp, Peer::Unknown, 1),
+            session: Session::new(),
+            scratch: engine.scratch(),
+        };
+        let auth =
+            c.call(json!({"jsonrpc":"2.0","method":"rpc.auth","params":{"token":token},"id":0}));
+        assert!(auth.get("result").is_some(), "auth failed: {auth}");
+        c
+    }
+
+    fn call(&mut self, request: Value) -> Value {
+        let frame = request.to_string();
+        let source = Source::new(&self.conn).with_session(&self.session);
+        let mut out = Vec::new();
+        let _ = self
+            .engine
+            .handle_from(frame.as_bytes(), &source, &mut self.scratch, &mut out);
+        util::check_reply(&out).unwrap_or_else(|e| panic!("{frame}: {e}"))
+    }
+
+    fn incr(&mut self, params: Value, id: Value) -> Value {
+        self.call(json!({"jsonrpc":"2.0","method":"incr","params":params,"id":id}))
+    }
+
+    fn counter(&mut self) -> i64 {
+        let v = self.call(json!({"jsonrpc":"2.0","method":"get_counter","id":"c"}));
+        v["result"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("get_counter: {v}"))
+    }
+}
+
+fn code(v: &Value) -> Option<i64> {
+    util::error_code(v)
+}
+
+#[test]
+fn two_instances_share_answers() {
+    let redis = RedisServer::start();
+    let (a, b) = (instance(&redis.url(), false), instance(&redis.url(), false));
+    let (mut on_a, mut on_b) = (Caller::new(&a, "t"), Caller::new(&b, "t"));
+
+    assert_eq!(
+        on_a.incr(json!([5]), json!(7)),
+        json!({"jsonrpc":"2.0","id":7,"result":5})
+    );
+    // The retry reaches the other instance: replayed, not run there.
+    assert_eq!(
+        on_b.incr(json!([5]), json!(7)),
+        json!({"jsonrpc":"2.0","id":7,"result":5})
+    );
+    assert_eq!(on_b.counter(), 0);
+    assert_eq!(on_a.counter(), 5);
+    // String ids are keys too, and the replay carries the retry's own id.
+    assert_eq!(
+        on_a.incr(json!([2]), json!("k\"1")),
+        json!({"jsonrpc":"2.0","id":"k\"1","result":7})
+    );
+    assert_eq!(
+        on_b.incr(json!([2]), json!("k\"1")),
+        json!({"jsonrpc":"2.0","id":"k\"1","result":7})
+    );
+    assert_eq!(on_b.counter(), 0);
+
+    // The same id with other params: a mistake, refused on either instance.
+    for caller in [&mut on_a, &mut on_b] {
+        let v = caller.incr(json!([6]), json!(7));
+        assert_eq!(code(&v), Some(-32043), "{v}");
+        assert_eq!(v["id"], 7);
+    }
+    assert_eq!((on_a.counter(), on_b.counter()), (7, 0));
+
+    // Another identity's id 7 is another call.
+    let mut other = Caller::new(&b, "u");
+    assert_eq!(
+        other.incr(json!([5]), json!(7)),
+        json!({"jsonrpc":"2.0","id":7,"result":5})
+    );
+    assert_eq!(on_b.counter(), 5);
+
+    // A refusal (the call never started) frees the key: the corrected call runs, on
+    // the other instance too.
+    let bad = on_a.incr(json!(["x"]), json!(9));
+    assert_eq!(code(&bad), Some(-32602), "{bad}");
+    assert_eq!(on_b.incr(json!([1]), json!(9))["result"], 6);
+    assert_eq!(on_a.incr(json!([1]), json!(9))["result"], 6);
+    assert_eq!((on_a.counter(), on_b.counter()), (7, 6));
+
+    // What is in Redis: one key per stored call (7 and "k\"1" for app, 7 for other,
+    // 9 for app), none for the refusal.
+    assert_eq!(redis.command("DBSIZE"), ":4");
+}
+
+#[test]
+fn down_fails_closed_and_recovery_needs_no_restart() {
+    let mut redis = RedisServer::start();
+    redis.kill();
+    // Built while Redis is down: connecting is lazy.
+    let engine = instance(&redis.url(), false);
+    let mut c = Caller::new(&engine, "t");
+
+    let v = c.incr(json!([1]), json!(1));
+    assert_eq!(code(&v), Some(-32000), "{v}");
+    assert_eq!(v["error"]["data"]["reason"], "dedup_unavailable", "{v}");
+    assert_eq!(v["id"], 1);
+    assert_eq!(c.counter(), 0, "refused calls do not run");
+
+    redis.restart();
+    assert_eq!(c.incr(json!([1]), json!(1))["result"], 1);
+    assert_eq!(c.incr(json!([1]), json!(1))["result"], 1, "replayed");
+
+    // Down again: refused, whatever the key.
+    redis.kill();
+    for id in [1, 2] {
+        let v = c.incr(json!([1]), json!(id));
+        assert_eq!(code(&v), Some(-32000), "{v}");
+    }
+    assert_eq!(c.counter(), 1);
+
+    // Back (empty: it keeps nothing on disk), then restarted under pooled connections:
+    // the dead ones are replaced, no call fails.
+    redis.restart();
+    assert_eq!(c.incr(json!([1]), json!(2))["result"], 2);
+    redis.restart();
+    assert_eq!(c.incr(json!([1]), json!(3))["result"], 3);
+    assert_eq!(c.incr(json!([1]), json!(3))["result"], 3, "replayed");
+    assert_eq!(c.counter(), 3);
+}
+
+#[test]
+fn down_fails_open_when_asked() {
+    let mut redis = RedisServer::start();
+    let engine = instance(&redis.url(), true);
+    let mut c = Caller::new(&engine, "t");
+    assert_eq!(c.incr(json!([1]), json!(1))["result"], 1);
+    assert_eq!(c.incr(json!([1]), json!(1))["result"], 1, "replayed");
+    redis.kill();
+    // Run without de-duplication: the retry adds again.
+    assert_eq!(c.incr(json!([1]), json!(2))["result"], 2);
+    assert_eq!(c.incr(json!([1]), json!(2))["result"], 3);
+    redis.restart();
+    assert_eq!(c.incr(json!([1]), json!(3))["result"], 4);
+    assert_eq!(c.incr(json!([1]), json!(3))["result"], 4, "replayed");
+}
+
+/// A newline-delimited TCP connection, with timeouts so a hang fails the test.
+struct Line {
+    r: BufReader<TcpStream>,
+}
+
+impl Line {
+    fn connect(addr: SocketAddr) -> Self {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+        Self {
+            r: BufReader::new(s),
+        }
+    }
+
+    fn call(&mut self, request: &Value) -> Value {
+        let s = self.r.get_mut();
+        s.write_all(format!("{request}\n").as_bytes()).unwrap();
+        let mut line = String::new();
+        self.r.read_line(&mut line).unwrap();
+        util::check_reply(line.as_bytes()).unwrap_or_else(|e| panic!("{request}: {e}"))
+    }
+}
+
+#[test]
+fn a_call_past_its_deadline_is_answered_by_its_real_outcome_over_sockets() {
+    const RUN: Duration = Duration::from_millis(300);
+    let redis = RedisServer::start();
+    let started = Arc::new(AtomicUsize::new(0));
+    let finished = Arc::new(AtomicUsize::new(0));
+    let mut b = demo::builder();
+    {
+        let (started, finished) = (Arc::clone(&started), Arc::clone(&finished));
+        b.blocking_method(
+            "slow_incr",
+            move |_p: Params<'_>| -> Result<usize, RpcError> {
+                let n = started.fetch_add(1, Ordering::SeqCst) + 1;
+                std::thread::sleep(RUN);
+                finished.fetch_add(1, Ordering::SeqCst);
+                Ok(n)
+            },
+        )
+        .unwrap()
+        .dedup("slow_incr")
+        .unwrap();
+    }
+    let engine = Engine::new(
+        b.freeze(),
+        Config::default().request_timeout(Some(Duration::from_millis(100))),
+    )
+    .with_guard(guard())
+    .with_dedup(Dedup::redis(&redis.url(), TTL, false).unwrap());
+    // Workers enough for the retry to be claimed while the first call still runs.
+    let served = Served::start(engine, ServerConfig::default().workers(4));
+    let mut tcp = Line::connect(served.tcp);
+    let auth =
+        tcp.call(&json!({"jsonrpc":"2.0","method":"rpc.auth","params":{"token":"t"},"id":0}));
+    assert!(auth.get("result").is_some(), "{auth}");
+
+    let call = json!({"jsonrpc":"2.0","method":"slow_incr","params":[],"id":1});
+    let t0 = Instant::now();
+    let first = tcp.call(&call);
+    assert_eq!(code(&first), Some(-32001), "{first}");
+    assert!(
+        t0.elapsed() < RUN,
+        "the deadline answered before the handler finished"
+    );
+
+    let retry = tcp.call(&call);
+    assert_eq!(code(&retry), Some(-32042), "{retry}");
+    assert_eq!(retry["error"]["data"]["reason"], "in_progress", "{retry}");
+    assert_eq!(retry["id"], 1);
+
+    // Once the handler is done (and its answer stored, just after), the retry gets
+    // the real result.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let replay = loop {
+        if finished.load(Ordering::SeqCst) == 1 {
+            let v = tcp.call(&call);
+            if code(&v) != Some(-32042) {
+                break v;
+            }
+        }
+        assert!(Instant::now() < deadline, "still in progress after 5 s");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(replay, json!({"jsonrpc":"2.0","id":1,"result":1}));
+    assert_eq!(started.load(Ordering::SeqCst), 1, "the handler ran once");
+    served.stop();
+}

@@ -1,0 +1,155 @@
+//! A real `redis-server` for the Redis store's tests: on a free loopback port, without
+//! persistence, killed when dropped. A missing `redis-server` fails the test (naming the
+//! Debian package): a skipped test would prove nothing.
+
+use std::io::{BufRead, BufReader, ErrorKind, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a started server may take to answer.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Ports tried before giving up (another process may take a free port before us).
+const ATTEMPTS: usize = 5;
+
+/// A running `redis-server`; killed when dropped.
+pub struct RedisServer {
+    pub port: u16,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server on a free port and waits until it answers.
+    pub fn start() -> Self {
+        let mut last = String::new();
+        for _ in 0..ATTEMPTS {
+            let port = free_port();
+            match spawn(port) {
+                Ok(child) => {
+                    return Self {
+                        port,
+                        child: Some(child),
+                    }
+                }
+                Err(why) => last = why,
+            }
+        }
+        panic!("redis-server did not start in {ATTEMPTS} attempts: {last}");
+    }
+
+    /// `redis://127.0.0.1:PORT/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Kills the server (its data is gone: it keeps none on disk) and waits for it to
+    /// exit, so its port refuses connections afterwards.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server if it runs, then starts a new, empty one on the same port.
+    pub fn restart(&mut self) {
+        self.kill();
+        let mut last = String::new();
+        // The same port: retried briefly, as the old listener's exit may lag.
+        for _ in 0..ATTEMPTS {
+            match spawn(self.port) {
+                Ok(child) => {
+                    self.child = Some(child);
+                    return;
+                }
+                Err(why) => last = why,
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("redis-server did not restart on port {}: {last}", self.port);
+    }
+
+    /// Sends one command (inline form: words without spaces) and returns the first line
+    /// of the reply, e.g. `:0` for `DBSIZE`.
+    pub fn command(&self, command: &str) -> String {
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+            .unwrap_or_else(|e| panic!("cannot reach redis-server on {addr}: {e}"));
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        s.write_all(format!("{command}\r\n").as_bytes()).unwrap();
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).unwrap();
+        line.trim_end().to_owned()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A port nothing listens on now: bound, then released.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("cannot bind a loopback port")
+        .port()
+}
+
+/// Starts `redis-server` on `port` and waits (bounded) until it answers; `Err` says why not,
+/// with the child killed. Panics if `redis-server` is not installed.
+fn spawn(port: u16) -> Result<Child, String> {
+    let mut child = match Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) if e.kind() == ErrorKind::NotFound => panic!(
+            "`redis-server` is not on the PATH: these tests need a real Redis. Install \
+             Debian's `redis-server` package (apt-get install redis-server); .ci/run does."
+        ),
+        Err(e) => panic!("cannot run redis-server: {e}"),
+    };
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("redis-server on port {port} exited: {status}"));
+        }
+        if ready(port, child.id()) {
+            return Ok(child);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "redis-server on port {port} did not answer within {READY_TIMEOUT:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether the server on `port` answers and is process `pid` (not another one that took
+/// the port first).
+fn ready(port: u16, pid: u32) -> bool {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if s.write_all(b"INFO server\r\n").is_err() {
+        return false;
+    }
+    let want = format!("process_id:{pid}");
+    BufReader::new(s)
+        .lines()
+        .take(100)
+        .map_while(Result::ok)
+        .any(|line| line.trim_end() == want)
+}
