@@ -1,12 +1,13 @@
 //! De-duplication in Redis, against a real `redis-server` (util/redis.rs starts one per
 //! test; a missing one fails the test): two engines sharing one Redis behave as one
-//! for retried calls, refusals are not stored, Redis going down fails closed (or open)
-//! and coming back needs no restart, and over real sockets a call past its deadline
-//! stays in progress until its handler finishes.
+//! for retried calls (embedded, and two servers over HTTP with `Idempotency-Key`),
+//! refusals are not stored, Redis going down fails closed (or open) and coming back
+//! needs no restart, and over real sockets a pool or deferred call past its deadline
+//! stays in progress until it finishes.
 
 mod util;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -218,34 +219,54 @@ impl Line {
     }
 }
 
-#[test]
-fn a_call_past_its_deadline_is_answered_by_its_real_outcome_over_sockets() {
-    const RUN: Duration = Duration::from_millis(300);
-    let redis = RedisServer::start();
-    let started = Arc::new(AtomicUsize::new(0));
-    let finished = Arc::new(AtomicUsize::new(0));
+/// The demo methods plus two de-duplicated methods that take [`RUN`], counting their
+/// runs: `slow_incr` (blocking, on the pool) and `later_incr` (deferred, answered from
+/// a thread of its own, which then stores the answer in Redis).
+fn slow_engine(url: &str, runs: &Arc<AtomicUsize>, finished: &Arc<AtomicUsize>) -> Engine {
     let mut b = demo::builder();
-    {
-        let (started, finished) = (Arc::clone(&started), Arc::clone(&finished));
-        b.blocking_method(
-            "slow_incr",
-            move |_p: Params<'_>| -> Result<usize, RpcError> {
-                let n = started.fetch_add(1, Ordering::SeqCst) + 1;
-                std::thread::sleep(RUN);
-                finished.fetch_add(1, Ordering::SeqCst);
-                Ok(n)
-            },
-        )
-        .unwrap()
-        .dedup("slow_incr")
-        .unwrap();
-    }
-    let engine = Engine::new(
+    let (r, f) = (Arc::clone(runs), Arc::clone(finished));
+    b.blocking_method(
+        "slow_incr",
+        move |_p: Params<'_>| -> Result<usize, RpcError> {
+            let n = r.fetch_add(1, Ordering::SeqCst) + 1;
+            std::thread::sleep(RUN);
+            f.fetch_add(1, Ordering::SeqCst);
+            Ok(n)
+        },
+    )
+    .unwrap()
+    .dedup("slow_incr")
+    .unwrap();
+    let (r, f) = (Arc::clone(runs), Arc::clone(finished));
+    b.deferred_method("later_incr", move |_ctx, _p, responder| {
+        let n = r.fetch_add(1, Ordering::SeqCst) + 1;
+        let f = Arc::clone(&f);
+        std::thread::spawn(move || {
+            std::thread::sleep(RUN);
+            f.fetch_add(1, Ordering::SeqCst);
+            responder.respond(Ok::<usize, RpcError>(n));
+        });
+    })
+    .unwrap()
+    .dedup("later_incr")
+    .unwrap();
+    Engine::new(
         b.freeze(),
         Config::default().request_timeout(Some(Duration::from_millis(100))),
     )
     .with_guard(guard())
-    .with_dedup(Dedup::redis(&redis.url(), TTL, false).unwrap());
+    .with_dedup(Dedup::redis(url, TTL, false).unwrap())
+}
+
+/// How long `slow_incr` and `later_incr` take; their deadline is 100 ms.
+const RUN: Duration = Duration::from_millis(300);
+
+/// Over TCP: `method` times out (-32001), a retry while it runs is told to come back
+/// (-32042), a retry after it finished gets its real result; it ran once.
+fn timed_out_then_replayed(method: &str) {
+    let redis = RedisServer::start();
+    let (runs, finished) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let engine = slow_engine(&redis.url(), &runs, &finished);
     // Workers enough for the retry to be claimed while the first call still runs.
     let served = Served::start(engine, ServerConfig::default().workers(4));
     let mut tcp = Line::connect(served.tcp);
@@ -253,26 +274,28 @@ fn a_call_past_its_deadline_is_answered_by_its_real_outcome_over_sockets() {
         tcp.call(&json!({"jsonrpc":"2.0","method":"rpc.auth","params":{"token":"t"},"id":0}));
     assert!(auth.get("result").is_some(), "{auth}");
 
-    let call = json!({"jsonrpc":"2.0","method":"slow_incr","params":[],"id":1});
+    let call = json!({"jsonrpc":"2.0","method":method,"params":[],"id":1});
     let t0 = Instant::now();
     let first = tcp.call(&call);
     assert_eq!(code(&first), Some(-32001), "{first}");
-    assert!(
-        t0.elapsed() < RUN,
-        "the deadline answered before the handler finished"
-    );
 
     let retry = tcp.call(&call);
     assert_eq!(code(&retry), Some(-32042), "{retry}");
     assert_eq!(retry["error"]["data"]["reason"], "in_progress", "{retry}");
     assert_eq!(retry["id"], 1);
+    assert!(
+        t0.elapsed() < RUN && finished.load(Ordering::SeqCst) == 0,
+        "the first call was still running"
+    );
 
-    // Once the handler is done (and its answer stored, just after), the retry gets
-    // the real result.
+    // Once the handler is done (and its answer stored, just after), a retry on another
+    // connection gets the real result.
+    let mut again = Line::connect(served.tcp);
+    again.call(&json!({"jsonrpc":"2.0","method":"rpc.auth","params":{"token":"t"},"id":0}));
     let deadline = Instant::now() + Duration::from_secs(5);
     let replay = loop {
         if finished.load(Ordering::SeqCst) == 1 {
-            let v = tcp.call(&call);
+            let v = again.call(&call);
             if code(&v) != Some(-32042) {
                 break v;
             }
@@ -281,6 +304,99 @@ fn a_call_past_its_deadline_is_answered_by_its_real_outcome_over_sockets() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(replay, json!({"jsonrpc":"2.0","id":1,"result":1}));
-    assert_eq!(started.load(Ordering::SeqCst), 1, "the handler ran once");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
     served.stop();
+}
+
+#[test]
+fn a_pool_call_past_its_deadline_is_answered_by_its_real_outcome() {
+    timed_out_then_replayed("slow_incr");
+}
+
+#[test]
+fn a_deferred_call_past_its_deadline_is_answered_by_its_real_outcome() {
+    timed_out_then_replayed("later_incr");
+}
+
+/// One HTTP/1.1 POST; the answer's body.
+fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &Value) -> Value {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let body = serde_json::to_vec(body).unwrap();
+    let mut head = format!(
+        "POST / HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (n, v) in headers {
+        head.push_str(&format!("{n}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(&body).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let mut hs = [httparse::EMPTY_HEADER; 32];
+    let mut resp = httparse::Response::new(&mut hs);
+    let Ok(httparse::Status::Complete(at)) = resp.parse(&raw) else {
+        panic!("not an HTTP response: {}", util::show(&raw));
+    };
+    assert_eq!(resp.code, Some(200), "{}", util::show(&raw));
+    serde_json::from_slice(&raw[at..]).unwrap()
+}
+
+#[test]
+fn http_idempotency_keys_across_two_servers() {
+    let redis = RedisServer::start();
+    // Anonymous callers: de-duplicated by their Idempotency-Key only.
+    let serve = || {
+        let engine = demo::engine(Config::default())
+            .with_dedup(Dedup::redis(&redis.url(), TTL, false).unwrap());
+        Served::start(engine, ServerConfig::default())
+    };
+    let (a, b) = (serve(), serve());
+    let req = |n: i64, id: i64| json!({"jsonrpc":"2.0","method":"incr","params":[n],"id":id});
+    let counter = json!({"jsonrpc":"2.0","method":"get_counter","id":0});
+
+    let key = [("Idempotency-Key", "8e03978e-40d5-43e8-bc93-6894a57f9324")];
+    assert_eq!(post(a.http, &key, &req(3, 1))["result"], 3);
+    // The retry went to the other server, numbered anew by the client.
+    assert_eq!(
+        post(b.http, &key, &req(3, 2)),
+        json!({"jsonrpc":"2.0","id":2,"result":3})
+    );
+    assert_eq!(post(b.http, &[], &counter)["result"], 0);
+    let v = post(b.http, &key, &req(4, 1));
+    assert_eq!(code(&v), Some(-32043), "{v}");
+
+    // A batch's elements stay apart by their position. They run on the pool (claims
+    // talk to Redis), so in any order, answered in any order.
+    let results = |v: &Value, ids: [i64; 2]| -> [Value; 2] {
+        let arr = v
+            .as_array()
+            .unwrap_or_else(|| panic!("not a batch answer: {v}"));
+        assert_eq!(arr.len(), 2, "{v}");
+        ids.map(|id| {
+            let a = arr.iter().find(|a| a["id"] == id);
+            a.unwrap_or_else(|| panic!("no answer for id {id}: {v}"))["result"].clone()
+        })
+    };
+    let batch_key = [("Idempotency-Key", "batch-1")];
+    let first = results(
+        &post(a.http, &batch_key, &json!([req(1, 1), req(1, 2)])),
+        [1, 2],
+    );
+    let mut sorted = first.clone();
+    sorted.sort_by_key(|r| r.as_i64());
+    assert_eq!(sorted, [json!(4), json!(5)], "{first:?}");
+    // Renumbered, on the other server: each position gets its own first answer.
+    let again = results(
+        &post(b.http, &batch_key, &json!([req(1, 3), req(1, 4)])),
+        [3, 4],
+    );
+    assert_eq!(again, first);
+    assert_eq!(post(b.http, &[], &counter)["result"], 0);
+    assert_eq!(post(a.http, &[], &counter)["result"], 5);
+    a.stop();
+    b.stop();
 }

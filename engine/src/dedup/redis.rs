@@ -47,12 +47,12 @@ const POOL: usize = 16;
 const PREFIX: &str = "ringrpc:dedup:";
 
 /// Sets the finished value only if the key still holds this call's marker.
-/// KEYS[1] key, ARGV[1] marker, ARGV[2] finished value, ARGV[3] TTL in ms.
+/// `KEYS[1]` key, `ARGV[1]` marker, `ARGV[2]` finished value, `ARGV[3]` TTL in ms.
 const FINISH: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
      redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 1 end return 0";
 
 /// Deletes the key only if it still holds this call's marker.
-/// KEYS[1] key, ARGV[1] marker.
+/// `KEYS[1]` key, `ARGV[1]` marker.
 const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
      return redis.call('DEL', KEYS[1]) end return 0";
 
@@ -133,9 +133,12 @@ impl RedisStore {
     }
 
     /// Runs `op` on a pooled or new connection. `op` must be safe to run twice: when a
-    /// pooled connection turns out dead (Redis restarted since it was opened), the
-    /// idle ones are dropped too and `op` runs once more on a new connection. Not on a
-    /// timeout, whose command may have run.
+    /// pooled connection turns out dead (Redis restarted, or closed it as idle, since it
+    /// was opened), the idle ones are dropped too and `op` runs once more on a new
+    /// connection, so a restart costs no call an error. Not after a timeout, whose
+    /// command may have run. (A connection that dies just after its command ran is
+    /// retried too: for a claim, the retry then finds its own marker and answers
+    /// `-32042` until the TTL; rare, and only when Redis dies mid-command.)
     fn with_conn<T>(
         &self,
         mut op: impl FnMut(&mut Connection) -> RedisResult<T>,
@@ -185,6 +188,7 @@ impl RedisStore {
                     .query(c)?;
                 match set {
                     Value::Okay => return Ok(Found::Claimed),
+                    Value::SimpleString(s) if s == "OK" => return Ok(Found::Claimed),
                     Value::Nil => {}
                     _ => return Err(unexpected()),
                 }
@@ -201,9 +205,10 @@ impl RedisStore {
             Found::Churning => return Ok(Claim::InProgress),
             Found::Value(v) => v,
         };
+        let ours = &marker.as_bytes()[1..];
         match parse(&value) {
-            Some(Stored::Running(theirs)) if theirs == hex(fp).as_bytes() => Ok(Claim::InProgress),
-            Some(Stored::Done(theirs, code, tail)) if theirs == hex(fp).as_bytes() => {
+            Some(Stored::Running(theirs)) if theirs == ours => Ok(Claim::InProgress),
+            Some(Stored::Done(theirs, code, tail)) if theirs == ours => {
                 write_replay(out, id, tail);
                 Ok(Claim::Replayed(code))
             }
