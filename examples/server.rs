@@ -15,6 +15,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use ringrpc::dedup::Dedup;
 use ringrpc::guard::{Guard, GuardError};
 use ringrpc::{defaults, demo, server::Server, Config, ServerConfig};
 
@@ -93,6 +94,20 @@ struct Args {
     /// batch element counted.
     #[arg(long, value_name = "RATE[:BURST]")]
     rate_limit: Option<String>,
+    /// De-duplicate retried calls of methods marked for it (the demo's `incr`):
+    /// "memory", or "redis://HOST:PORT[/DB]" shared by several instances.
+    #[arg(long, value_name = "STORE")]
+    dedup: Option<String>,
+    /// How long a de-duplicated call's answer is kept, in ms.
+    #[arg(long, value_name = "MS", default_value_t = ringrpc::dedup::DEFAULT_TTL.as_millis() as u64)]
+    dedup_ttl_ms: u64,
+    /// Most bytes of answers the memory store keeps (oldest evicted first).
+    #[arg(long, value_name = "BYTES", default_value_t = ringrpc::dedup::DEFAULT_MAX_BYTES)]
+    dedup_max_bytes: usize,
+    /// When Redis cannot be reached: "closed" answers -32000, "open" runs the call
+    /// without de-duplication.
+    #[arg(long, value_name = "open|closed", default_value = "closed", value_parser = ["open", "closed"])]
+    dedup_fail: String,
 }
 
 fn millis(ms: u64) -> Option<Duration> {
@@ -149,8 +164,26 @@ fn guard(a: &Args) -> Result<Option<Guard>, GuardError> {
     Ok(Some(g))
 }
 
+/// The de-duplication store, if `--dedup` asks for one.
+fn dedup(a: &Args) -> Result<Option<Dedup>, String> {
+    let ttl = Duration::from_millis(a.dedup_ttl_ms.max(1));
+    match a.dedup.as_deref() {
+        None => Ok(None),
+        Some("memory") => Ok(Some(Dedup::memory(a.dedup_max_bytes, ttl))),
+        Some(url) if url.starts_with("redis://") => Dedup::redis(url, ttl, a.dedup_fail == "open")
+            .map(Some)
+            .map_err(|e| e.to_string()),
+        Some(other) => Err(format!(
+            "--dedup {other:?}: give memory or redis://HOST:PORT"
+        )),
+    }
+}
+
 fn serve(a: Args) -> std::io::Result<()> {
     let mut engine = demo::engine(config(&a));
+    if let Some(d) = dedup(&a).map_err(std::io::Error::other)? {
+        engine = engine.with_dedup(d);
+    }
     let guarded = match guard(&a).map_err(std::io::Error::other)? {
         Some(g) => {
             engine = engine.with_guard(g);

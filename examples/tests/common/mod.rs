@@ -46,6 +46,13 @@ impl Server {
     }
 }
 
+impl Server {
+    /// The server process's id (to signal it).
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.0.kill();
