@@ -356,25 +356,35 @@ pub(crate) struct JsonResponse {
 ///
 /// Cost: `out` grows by a fixed ~190 bytes, more with CORS lines (no allocation once it
 /// has grown to fit).
+#[inline]
 pub(crate) fn begin_json_response(
     out: &mut Vec<u8>,
     reply: Reply,
     server: &ServerHeaders,
 ) -> JsonResponse {
     let start = out.len();
-    // A room of constant size unless CORS lines are added: it is zeroed inline, where
-    // a size known only at run time costs a `memset` call (~25 instructions per
-    // response in callgrind).
-    let room = match server.cors_len(reply) {
-        0 => {
-            out.extend_from_slice(&[0; JSON_HEAD_ROOM]);
-            JSON_HEAD_ROOM
-        }
-        cors => {
-            out.resize(start + JSON_HEAD_ROOM + cors, 0);
-            JSON_HEAD_ROOM + cors
-        }
-    };
+    let cors = server.cors_len(reply);
+    if cors > 0 {
+        return begin_with_cors(out, cors);
+    }
+    // A room of constant size: zeroed inline, where a size known only at run time costs
+    // a `memset` call (~25 instructions per response in callgrind).
+    out.extend_from_slice(&[0; JSON_HEAD_ROOM]);
+    JsonResponse {
+        start,
+        room: JSON_HEAD_ROOM,
+    }
+}
+
+/// [`begin_json_response`] with `cors` bytes of CORS lines to make room for. Out of
+/// line, so that the common case is small enough to be inlined into the answering code
+/// (callgrind: ~23 instructions less per response).
+#[cold]
+#[inline(never)]
+fn begin_with_cors(out: &mut Vec<u8>, cors: usize) -> JsonResponse {
+    let start = out.len();
+    let room = JSON_HEAD_ROOM + cors;
+    out.resize(start + room, 0);
     JsonResponse { start, room }
 }
 
