@@ -150,8 +150,8 @@ impl Chunked {
         let done = self.run(buf, limits)?;
         // On the wire bytes consumed once complete, on all that has arrived before: the
         // verdict does not depend on how the bytes were split into reads.
-        let seen = if done { self.pos } else { buf.len() } - self.kept;
-        if self.dropped.saturating_add(seen) > limits.max_wire {
+        let seen = if done { self.pos } else { buf.len() };
+        if self.dropped.saturating_add(seen - self.kept) > limits.max_wire {
             return Err(ChunkError::WireTooLarge);
         }
         if !done {
@@ -189,8 +189,8 @@ impl Chunked {
                     }
                     if self.out == self.kept && self.pos != self.kept {
                         // The first data: the framing before it goes, and the kept
-                        // bytes (a head, at most `max_head_bytes`) move up over it
-                        // rather than the data down.
+                        // bytes (the server's head, at most `max_head_bytes`) move up
+                        // over it rather than the data down.
                         let gap = self.pos - self.kept;
                         buf.copy_within(..self.kept, gap);
                         buf.advance(gap);
