@@ -2,13 +2,13 @@
 # User-space instructions per request of two server builds side by side (say, before and
 # after a change), counted by callgrind: deterministic, unaffected by other load.
 #
-#   bash benches/scripts/callgrind_compare.sh SERVER_A SERVER_B LOADGEN [COUNT] [tcp16x64|http16x1] [SERVER ARGS...]
+#   bash benches/scripts/callgrind_compare.sh SERVER_A SERVER_B LOADGEN [COUNT] [tcp16x64|http16x1|http16x16] [SERVER ARGS...]
 #
 # SERVER_A/B are `server` example binaries (cargo build --release --example server, e.g.
 # from two git worktrees with their own CARGO_TARGET_DIR); LOADGEN a release loadgen.
-# Each server is driven with `subtract` (TCP 16 connections x 64 in flight, or HTTP 16 x
-# 1) under callgrind, then stopped with SIGINT. Extra SERVER ARGS go to both servers
-# (for example --idle-timeout-ms 0).
+# Each server is driven with `subtract` (TCP 16 connections x 64 in flight, HTTP 16 x 1,
+# or HTTP 16 x 16 pipelined) under callgrind, then stopped with SIGINT. Extra SERVER
+# ARGS go to both servers (for example --idle-timeout-ms 0).
 set -euo pipefail
 a=$1 b=$2 lg=$3
 count=${4:-200000}
@@ -27,6 +27,7 @@ for name in a b; do
   case $load in
     tcp16x64) args=(--tcp 127.0.0.1:$port --depth 64) ;;
     http16x1) args=(--http http://127.0.0.1:$((port + 1))/ --depth 1) ;;
+    http16x16) args=(--http http://127.0.0.1:$((port + 1))/ --depth 16) ;;
     *) echo "unknown load $load" >&2; exit 2 ;;
   esac
   "$lg" "${args[@]}" --connections 16 --count "$count" --no-verify >/dev/null 2>&1

@@ -632,7 +632,7 @@ fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<usize>)
         }
         match &mut conn.decoder {
             Decoder::Line(d) => match d.decode(&mut conn.rbuf) {
-                Ok(Some(frame)) => answer(ctx, conn, key, frame, None),
+                Ok(Some(frame)) => answer(ctx, conn, key, &frame, None),
                 Ok(None) => return,
                 Err(e) => {
                     let mark = conn.out.len();
@@ -643,13 +643,11 @@ fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<usize>)
             },
             Decoder::Http(d) => match d.decode(&mut conn.rbuf) {
                 None => return,
-                Some(HttpEvent::Rpc {
-                    body, head, reply, ..
-                }) => {
+                Some(HttpEvent::Rpc { body, reply, .. }) => {
                     if !reply.keep_alive {
                         conn.read_closed = true;
                     }
-                    answer(ctx, conn, key, body, Some((reply, &head)));
+                    answer(ctx, conn, key, body.body(), Some((reply, body.head())));
                 }
                 Some(HttpEvent::Health { reply, head }) => {
                     if !reply.keep_alive {
@@ -710,13 +708,7 @@ fn queue_if_behind(conn: &mut Conn, mark: usize) {
 /// Answers one frame (a line, or an HTTP body, with its head). Cheap calls are
 /// answered here, straight into the connection's output; calls answered later (pool,
 /// responders) leave a slot with [`Pending`].
-fn answer(
-    ctx: &mut Ctx,
-    conn: &mut Conn,
-    key: usize,
-    frame: BytesMut,
-    http: Option<(Reply, &[u8])>,
-) {
+fn answer(ctx: &mut Ctx, conn: &mut Conn, key: usize, frame: &[u8], http: Option<(Reply, &[u8])>) {
     let mark = conn.out.len();
     if let (Some((reply, request_head)), Some(guard)) = (http, ctx.engine.guard()) {
         // Credentials come with each HTTP request: checked before its body is read.
@@ -742,9 +734,9 @@ fn answer(
     .with_session(&conn.session);
     let slot_id = conn.next_slot;
     let mut sink = ctx.pending.sink(key, conn.generation, slot_id);
-    let split =
-        ctx.engine
-            .handle_split(&frame, &source, &mut ctx.scratch, &mut conn.out, &mut sink);
+    let split = ctx
+        .engine
+        .handle_split(frame, &source, &mut ctx.scratch, &mut conn.out, &mut sink);
     let all_limited = sink.all_limited();
     if let Split::Done(outcome) = split {
         match (head, outcome) {
@@ -786,7 +778,7 @@ fn answer(
         slot_id,
         split,
         json,
-        &frame,
+        frame,
         reply,
         &ctx.http,
     );

@@ -65,21 +65,28 @@ pub(crate) enum ChunkError {
     WireTooLarge,
 }
 
-/// De-chunking state. The body is gathered in place at the front of the read buffer:
+/// De-chunking state. The body is gathered in place at the front of the read buffer,
+/// behind the `kept` bytes the caller keeps there (the server's request head; none for
+/// the client):
 ///
 /// ```text
-///  buf: [ de-chunked body: ..out ][ consumed framing: out..pos ][ unread: pos.. ]
+///  buf: [ kept: ..kept ][ de-chunked body: kept..out ][ consumed framing: out..pos ][ unread: pos.. ]
 /// ```
 ///
-/// While `out` is 0, consumed framing is dropped with `advance` (O(1)), so the first
-/// chunk's data never moves; after that, each later chunk's data is moved down to `out`
-/// once as it arrives. Between calls the consumed framing is squeezed out whenever it
-/// is at least as long as the unread tail, so it never holds more than one line.
+/// While no body byte has arrived, consumed framing is dropped with `advance` (O(1);
+/// kept bytes are first moved up over it, once), so the first chunk's data never moves;
+/// after that, each later chunk's data is moved down to `out` once as it arrives.
+/// Between calls the consumed framing is squeezed out whenever it (with the kept bytes)
+/// is at least as long as the unread tail, so kept bytes and framing together never
+/// hold more than one line.
 #[derive(Debug)]
 pub(crate) struct Chunked {
     strictness: Strictness,
     phase: Phase,
-    /// Invariant: `out <= pos <= buf.len()`.
+    /// Bytes at the front of the buffer that are not the body's but stay in front of
+    /// it, and come back with it.
+    kept: usize,
+    /// Invariant: `kept <= out <= pos <= buf.len()`.
     out: usize,
     /// Where the unread bytes start in the buffer (the client's tests read it).
     pub(crate) pos: usize,
@@ -106,12 +113,22 @@ enum Phase {
 
 impl Chunked {
     /// A decoder for a body whose first byte is at the front of the buffer.
+    // Only the client's bodies start at the front (the server keeps its heads).
+    #[cfg_attr(not(feature = "client"), allow(dead_code))]
     pub(crate) fn new(strictness: Strictness) -> Self {
+        Self::after(strictness, 0)
+    }
+
+    /// A decoder for a body that starts after `kept` bytes at the front of the buffer
+    /// (a request's head): they stay in front of the body, and [`Chunked::decode`]
+    /// returns them with it.
+    pub(crate) fn after(strictness: Strictness, kept: usize) -> Self {
         Self {
             strictness,
             phase: Phase::Size,
-            out: 0,
-            pos: 0,
+            kept,
+            out: kept,
+            pos: kept,
             scanned: 0,
             trailers: 0,
             dropped: 0,
@@ -119,8 +136,9 @@ impl Chunked {
     }
 
     /// Advances through what `buf` holds. `Ok(Some(body))` once the body is complete:
-    /// split off the front of `buf` (no copy), its framing dropped, whatever follows
-    /// left in `buf`. `Ok(None)`: more bytes are needed (the progress is kept).
+    /// split off the front of `buf` (no copy), the kept bytes then the body, its framing
+    /// dropped, whatever follows left in `buf`. `Ok(None)`: more bytes are needed (the
+    /// progress is kept).
     ///
     /// Cost: each byte is looked at once, except a lenient size line, which httparse
     /// reads again on each call until it is complete (at most `max_line` bytes).
@@ -133,7 +151,7 @@ impl Chunked {
         // On the wire bytes consumed once complete, on all that has arrived before: the
         // verdict does not depend on how the bytes were split into reads.
         let seen = if done { self.pos } else { buf.len() };
-        if self.dropped.saturating_add(seen) > limits.max_wire {
+        if self.dropped.saturating_add(seen - self.kept) > limits.max_wire {
             return Err(ChunkError::WireTooLarge);
         }
         if !done {
@@ -145,7 +163,7 @@ impl Chunked {
     }
 
     /// Advances through what `buf` holds; `Ok(true)` when the body is complete: it is
-    /// `buf[..out]`, and the framing up to `pos` follows it.
+    /// `buf[kept..out]`, and the framing up to `pos` follows it.
     fn run(&mut self, buf: &mut BytesMut, limits: &ChunkLimits) -> Result<bool, ChunkError> {
         loop {
             match self.phase {
@@ -153,7 +171,7 @@ impl Chunked {
                     let Some((next, size)) = self.size_line(buf, limits.max_line)? else {
                         break;
                     };
-                    let budget = limits.max_body.saturating_sub(self.out);
+                    let budget = limits.max_body.saturating_sub(self.out - self.kept);
                     let size = usize::try_from(size)
                         .ok()
                         .filter(|&size| size <= budget)
@@ -169,10 +187,15 @@ impl Chunked {
                     if n == 0 {
                         break;
                     }
-                    if self.out == 0 {
-                        buf.advance(self.pos);
-                        self.dropped += self.pos;
-                        self.pos = 0;
+                    if self.out == self.kept && self.pos != self.kept {
+                        // The first data: the framing before it goes, and the kept
+                        // bytes (the server's head, at most `max_head_bytes`) move up
+                        // over it rather than the data down.
+                        let gap = self.pos - self.kept;
+                        buf.copy_within(..self.kept, gap);
+                        buf.advance(gap);
+                        self.dropped += gap;
+                        self.pos = self.kept;
                     } else if self.out != self.pos {
                         buf.copy_within(self.pos..self.pos + n, self.out);
                     }
@@ -329,8 +352,9 @@ impl Chunked {
         }
     }
 
-    /// Drops consumed framing so the buffer holds the body, at most one line of framing
-    /// and the unread tail.
+    /// Drops consumed framing so the buffer holds the kept bytes and the body, and
+    /// besides them at most two lines: the unread tail, and framing (with the kept
+    /// bytes) shorter than it.
     fn compact(&mut self, buf: &mut BytesMut) {
         let gap = self.pos - self.out;
         if gap == 0 {
@@ -343,7 +367,10 @@ impl Chunked {
             return;
         }
         let tail = buf.len() - self.pos;
-        if gap >= tail {
+        // The kept bytes count with the framing: the buffer's bound (one body and two
+        // lines) must hold with them too. The copy is still amortized: at most the
+        // tail, once per call that consumed a line.
+        if gap + self.kept >= tail {
             buf.copy_within(self.pos.., self.out);
             buf.truncate(self.out + tail);
             self.dropped += gap;
@@ -388,12 +415,16 @@ mod tests {
         let (body, base) = body_and_base(one.as_bytes());
         assert_eq!(&body[..], BODY.as_bytes());
         assert_eq!(body.as_ptr() as usize, base + CHUNKED_HEAD.len() + 4);
+        // The head moved up over the size line, in front of the data.
+        assert_eq!(body.head(), CHUNKED_HEAD.as_bytes());
+        assert_eq!(body.head().as_ptr() as usize, base + 4);
         // Several: gathered at the first chunk's place, in the same allocation.
         let (a, b) = BODY.split_at(10);
         let many = format!("{CHUNKED_HEAD}a;x=1\r\n{a}\r\n1E\r\n{b}\r\n0\r\nT: 1\r\n\r\n");
         let (body, base) = body_and_base(many.as_bytes());
         assert_eq!(&body[..], BODY.as_bytes());
         assert_eq!(body.as_ptr() as usize, base + CHUNKED_HEAD.len() + 7);
+        assert_eq!(body.head(), CHUNKED_HEAD.as_bytes());
     }
 
     const LIMITS: ChunkLimits = ChunkLimits {
@@ -535,6 +566,38 @@ mod tests {
             let (got, rest) = feed(s, &bound, more.as_bytes(), more.len());
             assert_eq!((got, &rest[..]), (body("xy"), &b"-rest"[..]));
         }
+    }
+
+    /// Kept bytes stay in front of the body and come back with it; the first chunk's
+    /// data still does not move (the kept bytes move up over its size line instead);
+    /// and consumed framing is squeezed out once it and the kept bytes together are as
+    /// long as the unread tail, so they cannot add a line to what the buffer holds.
+    #[test]
+    fn kept_bytes_stay_in_front_and_count_with_the_framing() {
+        const KEPT: &[u8] = b"HEAD:12345";
+        // (Room for all of it: the buffer does not move when more arrives.)
+        let mut buf = BytesMut::with_capacity(64);
+        buf.extend_from_slice(b"HEAD:123452\r\n[]\r\n3;eeeeeeee");
+        let base = buf.as_ptr() as usize;
+        let mut chunked = Chunked::after(Strictness::Strict, KEPT.len());
+        assert_eq!(chunked.decode(&mut buf, &LIMITS), Ok(None));
+        // The size line dropped (advance, kept bytes moved up), the data in place; then
+        // the data's CRLF (2 bytes) with the 10 kept bytes outweighs the 10-byte tail,
+        // so it went too: kept bytes, body, tail.
+        assert_eq!(&buf[..], b"HEAD:12345[]3;eeeeeeee");
+        assert_eq!(buf.as_ptr() as usize, base + 3);
+        buf.extend_from_slice(b"\r\nabc\r\n0\r\n\r\n-rest");
+        let got = chunked.decode(&mut buf, &LIMITS);
+        let Ok(Some(both)) = got else {
+            panic!("{got:?}");
+        };
+        assert_eq!(&both[..], b"HEAD:12345[]abc");
+        assert_eq!(both.as_ptr() as usize, base + 3);
+        assert_eq!(&buf[..], b"-rest");
+        // The body's bound does not count the kept bytes.
+        let mut buf = BytesMut::from(&b"HEAD:12345400\r\n"[..]);
+        let got = Chunked::after(Strictness::Strict, KEPT.len()).decode(&mut buf, &LIMITS);
+        assert_eq!(got, Ok(None));
     }
 
     /// Either way the first chunk's data stays where it arrived.

@@ -7,13 +7,15 @@
 //! ```text
 //!  read buffer (BytesMut)
 //!  ┌───────────────────────┬────────────────────┬───────────────
-//!  │ head: httparse reads  │ body: split_to     │ next pipelined
-//!  │ it in place, then it  │ (O(1), no copy) ──▶│ request …
-//!  │ is advanced past      │ HttpEvent::Rpc     │
+//!  │ head: httparse reads  │ body               │ next pipelined
+//!  │ it in place; it stays │                    │ request …
+//!  │ in front of the body  │                    │
 //!  └───────────────────────┴────────────────────┴───────────────
+//!   ◀── split_to (O(1), no copy): HttpEvent::Rpc ──▶
+//!       (other heads are advanced past)
 //!
 //!  chunked body, de-chunked in place:   [size\r\n][data][\r\n][size;ext\r\n][data]…
-//!                                          dropped   stays    moved down once (copy_within)
+//!          the head moves up over it ◀─  dropped   stays    moved down once (copy_within)
 //!
 //!  out (Vec<u8>):  … previous responses │ head │ JSON body written by the engine │
 //!                                        ▲ begin_json_response reserves room here;
@@ -82,6 +84,10 @@
 //! longer `Content-Length` is 413 before any body byte is read; a chunked body is 413
 //! as soon as a chunk size would pass the limit), and at most one chunk line
 //! (`MAX_CHUNK_LINE`) or `max_head_bytes` of trailers beyond that while de-chunking.
+//! A JSON-RPC request's head stays in front of its body until both are complete; while
+//! de-chunking, consumed framing is squeezed out as soon as it and the head together are
+//! as long as the unread line, so the buffer still holds at most the body and two lines,
+//! or the head, the body and one line.
 //!
 //! # Files
 //!

@@ -29,6 +29,8 @@ impl Reply {
 
 /// `Date: <IMF-fixdate>\r\n`: always this long.
 const DATE_LINE_LEN: usize = 37;
+/// `Keep-Alive: timeout=N\r\n` at its longest (N of 20 digits).
+const KEEP_ALIVE_MAX: usize = b"Keep-Alive: timeout=".len() + 20 + 2;
 
 /// The header lines the server adds to every response on a reactor: `Date`,
 /// `Keep-Alive: timeout=N` and the CORS lines. One per reactor thread; [`refresh`]
@@ -110,9 +112,9 @@ impl ServerHeaders {
         self.cors.as_deref().map_or(&[], |c| c.lines(origin))
     }
 
-    /// The longest the server's own lines can make a head for `reply`.
-    fn room(&self, reply: Reply) -> usize {
-        DATE_LINE_LEN + self.keep_alive.len() + self.cors_lines(reply.origin).len()
+    /// The CORS lines' length in a head for `reply` (0 without CORS).
+    fn cors_len(&self, reply: Reply) -> usize {
+        self.cors_lines(reply.origin).len()
     }
 
     /// Appends `Date`, the CORS lines, `Connection` (with `Keep-Alive` when kept alive)
@@ -351,9 +353,10 @@ pub(crate) fn write_health(out: &mut Vec<u8>, reply: Reply, server: &ServerHeade
 }
 
 const JSON_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ";
-/// Room for the longest 200 JSON head without the server's lines: 20 digits and
-/// `keep-alive`.
-const JSON_HEAD_ROOM: usize = JSON_HEAD.len() + 20 + 2 + CONNECTION_KEEP_ALIVE.len() + 2;
+/// Room for the longest 200 JSON head without CORS lines: 20 digits, `Date`,
+/// `keep-alive` and the longest `Keep-Alive`.
+const JSON_HEAD_ROOM: usize =
+    JSON_HEAD.len() + 20 + 2 + DATE_LINE_LEN + CONNECTION_KEEP_ALIVE.len() + KEEP_ALIVE_MAX + 2;
 
 /// Where a JSON response started in the output buffer; from [`begin_json_response`].
 #[derive(Debug)]
@@ -368,14 +371,36 @@ pub(crate) struct JsonResponse {
 /// for its head at the end of `out`. Append the JSON body to `out`, then call
 /// [`finish_json_response`] with the same `reply`.
 ///
-/// Cost: `out` grows by a fixed ~150 bytes (no allocation once it has grown to fit).
+/// Cost: `out` grows by a fixed ~190 bytes, more with CORS lines (no allocation once it
+/// has grown to fit).
+#[inline]
 pub(crate) fn begin_json_response(
     out: &mut Vec<u8>,
     reply: Reply,
     server: &ServerHeaders,
 ) -> JsonResponse {
     let start = out.len();
-    let room = JSON_HEAD_ROOM + server.room(reply);
+    let cors = server.cors_len(reply);
+    if cors > 0 {
+        return begin_with_cors(out, cors);
+    }
+    // A room of constant size: zeroed inline, where a size known only at run time costs
+    // a `memset` call (~25 instructions per response in callgrind).
+    out.extend_from_slice(&[0; JSON_HEAD_ROOM]);
+    JsonResponse {
+        start,
+        room: JSON_HEAD_ROOM,
+    }
+}
+
+/// [`begin_json_response`] with `cors` bytes of CORS lines to make room for. Out of
+/// line, so that the common case is small enough to be inlined into the answering code
+/// (callgrind: ~23 instructions less per response).
+#[cold]
+#[inline(never)]
+fn begin_with_cors(out: &mut Vec<u8>, cors: usize) -> JsonResponse {
+    let start = out.len();
+    let room = JSON_HEAD_ROOM + cors;
     out.resize(start + room, 0);
     JsonResponse { start, room }
 }
@@ -424,10 +449,13 @@ impl HeadWriter<'_> {
             self.at + part.len() <= self.room.len(),
             "head room too small"
         );
-        let end = (self.at + part.len()).min(self.room.len());
-        let n = end - self.at;
-        self.room[self.at..end].copy_from_slice(&part[..n]);
-        self.at = end;
+        // Sliced by the part's own length, so a constant part (`JSON_HEAD`, CRLF) is
+        // copied inline rather than by a `memcpy` call. (A part that did not fit would
+        // be left out; the room rules that out.)
+        if let Some(room) = self.room.get_mut(self.at..self.at + part.len()) {
+            room.copy_from_slice(part);
+            self.at += part.len();
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 
 use bytes::BytesMut;
 
+use super::request::RpcRequest;
 use super::{HttpDecoder, HttpEvent, HttpLimits, Reply};
 
 /// A chunked POST's head.
@@ -16,9 +17,9 @@ pub(super) const KEEP: Reply = Reply::plain(true);
 /// Closing, no CORS.
 pub(super) const CLOSE: Reply = Reply::plain(false);
 
-/// Decodes `input` in one buffer and returns the one Rpc body and where the buffer's
-/// bytes started.
-pub(super) fn body_and_base(input: &[u8]) -> (BytesMut, usize) {
+/// Decodes `input` in one buffer and returns the one Rpc request (head and body) and
+/// where the buffer's bytes started.
+pub(super) fn body_and_base(input: &[u8]) -> (RpcRequest, usize) {
     let mut dec = HttpDecoder::new(HttpLimits::default());
     let mut buf = BytesMut::from(input);
     let base = buf.as_ptr() as usize;
