@@ -384,7 +384,9 @@ fn protocol_violations_are_reported_as_such() {
     ];
     for (reply, want) in cases {
         let (addr, t) = scripted(move |_, mut r| {
-            read_request(&mut r).unwrap();
+            let req = read_request(&mut r).unwrap();
+            // `"id":1` stands for the call's own id (the client's ids start at random).
+            let reply = reply.replace(r#""id":1"#, &format!(r#""id":{}"#, req["id"]));
             r.get_mut().write_all(reply.as_bytes()).unwrap();
             r.get_mut().write_all(b"\n").unwrap();
             let _ = read_request(&mut r);

@@ -126,7 +126,7 @@ impl<'c> Batch<'c> {
         };
         let (conn, ticket) =
             self.client
-                .send(first..first + calls, calls > 0, deadline, &mut write)?;
+                .send(first..first + calls, calls > 0, false, deadline, &mut write)?;
         let mut reply = BatchReply {
             text: Vec::new(),
             results: vec![None; self.calls],

@@ -20,7 +20,7 @@ use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::ops::Range;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -29,9 +29,9 @@ use simd_json::Node;
 
 use super::address::Address;
 use super::error::Failure;
-use super::{http, Error, Options, Violation};
+use super::{http, Error, Numbering, Options, Violation};
 use crate::codec::raw::RawCtx;
-use crate::codec::response::validate_response;
+use crate::codec::response::{validate_response, Body};
 use crate::codec::tape::elements;
 use crate::codec::{Id, LineDecoder};
 use crate::engine::Scratch;
@@ -168,7 +168,12 @@ struct WriteError {
 /// How requests and responses are delimited.
 enum Framing {
     Line,
-    Http { authority: String, path: String },
+    Http {
+        authority: String,
+        path: String,
+        /// The token sent as `Authorization: Bearer` with every request.
+        bearer: Option<String>,
+    },
 }
 
 /// What the writer owns: the socket's writing side and reused buffers.
@@ -301,8 +306,8 @@ pub(crate) struct Conn {
     dead: AtomicBool,
     /// A handle on the socket to shut it down from any thread.
     control: Stream,
-    /// The client's id counter: ids at or above it were never sent.
-    ids: Arc<AtomicU64>,
+    /// The client's ids: which were sent, and its `Idempotency-Key` prefix.
+    ids: Arc<Numbering>,
     max_response: usize,
     max_depth: usize,
 }
@@ -338,7 +343,7 @@ impl Conn {
         addr: &Address,
         opts: &Options,
         connect_timeout: Duration,
-        ids: Arc<AtomicU64>,
+        ids: Arc<Numbering>,
     ) -> Result<Self, Error> {
         let (stream, framing) = match addr {
             Address::Tcp(hp) => (Stream::Tcp(tcp(hp, connect_timeout)?), Framing::Line),
@@ -352,6 +357,7 @@ impl Conn {
                 Framing::Http {
                     authority: authority.clone(),
                     path: path.clone(),
+                    bearer: opts.token.clone(),
                 },
             ),
         };
@@ -404,11 +410,13 @@ impl Conn {
     /// Writes one request (or batch) produced by `write`; with `reply`, registers a
     /// slot for the ids `ids` first, so the response cannot arrive before it.
     /// Waiting for the writer, and writing, end at `deadline` (`Error::WriteTimeout`;
-    /// when nothing was written yet, the connection stays usable).
+    /// when nothing was written yet, the connection stays usable). `idempotent`: over
+    /// HTTP, the request carries an `Idempotency-Key` naming the call by `ids.start`.
     pub(crate) fn send(
         &self,
         ids: Range<u64>,
         reply: bool,
+        idempotent: bool,
         deadline: Instant,
         write: &mut dyn FnMut(&mut Vec<u8>) -> Result<(), Error>,
     ) -> Result<Option<Ticket>, SendError> {
@@ -426,9 +434,17 @@ impl Conn {
                 w.body.push(b'\n');
                 &w.body
             }
-            Framing::Http { authority, path } => {
+            Framing::Http {
+                authority,
+                path,
+                bearer,
+            } => {
+                let extra = http::Extra {
+                    bearer: bearer.as_deref(),
+                    idempotency_key: idempotent.then(|| (self.ids.key_prefix(), ids.start)),
+                };
                 w.out.clear();
-                http::write_head(&mut w.out, path, authority, w.body.len());
+                http::write_head(&mut w.out, path, authority, extra, w.body.len());
                 w.out.extend_from_slice(&w.body);
                 &w.out
             }
@@ -738,6 +754,10 @@ impl Conn {
                     // waits for it, whatever it holds (jsonrpsee sends `null`).
                 } else if reply.status == 200 && !reply.body.trim_ascii().is_empty() {
                     mine = self.route(scratch, &reply.body, owner, me, on_reply)?;
+                } else if !matches!(reply.status, 200 | 204) && error_answer(scratch, &reply.body) {
+                    // An error status with the JSON-RPC error the server meant (401 with
+                    // `-32040`, 429 with `-32005`): that error is the call's answer.
+                    mine = self.route(scratch, &reply.body, owner, me, on_reply)?;
                 } else if let Some(id) = owner {
                     // 204 / empty for a call, or an error status: that call fails.
                     let v = match reply.status {
@@ -790,7 +810,7 @@ impl Conn {
                 match found {
                     Some(i) => i,
                     // Sent, but its caller gave up (timeout) or it was answered already.
-                    None if id < self.ids.load(Ordering::Acquire) => return Ok(Route::Ignored),
+                    None if self.ids.issued(id) => return Ok(Route::Ignored),
                     None => return Err(Failure::Protocol(Violation::UnknownId)),
                 }
             }
@@ -946,6 +966,24 @@ pub(crate) fn frame_id(root: &[Node<'_>]) -> Result<Option<u64>, Failure> {
         }
         _ => bad(Violation::NotAResponse),
     }
+}
+
+/// Whether an HTTP error status's body is JSON-RPC error answers: one error object, or
+/// a batch of them. Anything else (a proxy's HTML page, a result) leaves the status as
+/// the call's error.
+#[cold]
+fn error_answer(scratch: &mut Scratch, body: &[u8]) -> bool {
+    let is_error = |node: &[Node<'_>]| {
+        validate_response(node).is_ok_and(|r| matches!(r.body, Body::Error { .. }))
+    };
+    scratch.parse(body, |raw| match raw {
+        Ok(raw) => match raw.root.first() {
+            Some(Node::Object { .. }) => is_error(raw.root),
+            Some(&Node::Array { len, .. }) if len > 0 => elements(raw.root).all(is_error),
+            _ => false,
+        },
+        Err(_) => false,
+    })
 }
 
 /// Connects over TCP to `host:port`, trying each resolved address.

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::io;
+use std::time::Duration;
 
 /// How the server broke the protocol (defined with the response rules it names).
 pub use crate::codec::response::Violation;
@@ -46,7 +47,9 @@ pub enum Error {
     /// `result` and `error`, a wrong `jsonrpc`, a bad HTTP response…
     #[error("protocol violation by the server: {0}")]
     Protocol(Violation),
-    /// The server answered with a JSON-RPC error object.
+    /// The server answered with a JSON-RPC error object (over HTTP also when it came
+    /// with an error status, as `-32040` with 401 or `-32005` with 429; an error status
+    /// without one is [`Violation::HttpStatus`]).
     #[error("{0}")]
     Server(ServerError),
     /// The params did not serialize, or not to an array or an object.
@@ -55,11 +58,16 @@ pub enum Error {
     /// The result did not deserialize into the requested type.
     #[error("result: {0}")]
     Decode(String),
+    /// The token set with [`Options::token`](super::Options::token) cannot be sent
+    /// (over HTTP it is a header value: visible ASCII only).
+    #[error("invalid token: {0}")]
+    Token(&'static str),
 }
 
 impl Error {
-    /// Whether retrying an idempotent call may help: transport failures, timeouts and
-    /// a `-32000 Server busy` answer.
+    /// Whether retrying an idempotent call may help: transport failures, timeouts, a
+    /// `-32000 Server busy` answer and a `-32042 In progress` one (a de-duplicating
+    /// server still runs the first attempt of a retried call).
     pub fn is_transient(&self) -> bool {
         match self {
             Self::ConnectTimeout
@@ -68,7 +76,9 @@ impl Error {
             | Self::ReadTimeout
             | Self::Closed
             | Self::Io(_) => true,
-            Self::Server(e) => e.code == crate::codes::SERVER_BUSY,
+            Self::Server(e) => {
+                e.code == crate::codes::SERVER_BUSY || e.code == crate::codes::IN_PROGRESS
+            }
             _ => false,
         }
     }
@@ -100,6 +110,18 @@ pub struct ServerError {
     pub data: Option<String>,
 }
 
+impl ServerError {
+    /// The wait the server asks for before trying again: `data.retryAfterMs` (sent by
+    /// ringrpc with `-32042 In progress` and `-32005 Limit exceeded`), if `data` is an
+    /// object holding a non-negative number there (one too large for a `Duration`
+    /// saturates).
+    pub fn retry_after(&self) -> Option<Duration> {
+        let data: serde_json::Value = serde_json::from_str(self.data.as_deref()?).ok()?;
+        let ms = data.as_object()?.get("retryAfterMs")?.as_f64()?;
+        (ms >= 0.0).then(|| Duration::try_from_secs_f64(ms / 1000.0).unwrap_or(Duration::MAX))
+    }
+}
+
 impl fmt::Display for ServerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "server error {}: {}", self.code, self.message)?;
@@ -129,5 +151,40 @@ impl Failure {
             Self::Io(kind) => Error::Io(kind.into()),
             Self::Protocol(v) => Error::Protocol(v),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_reads_the_hint_in_data() {
+        let e = |data: Option<&str>| ServerError {
+            code: -32042,
+            message: "In progress".into(),
+            data: data.map(str::to_owned),
+        };
+        let hint = |data| e(data).retry_after();
+        assert_eq!(
+            hint(Some(r#"{"reason":"in_progress","retryAfterMs":100}"#)),
+            Some(Duration::from_millis(100))
+        );
+        assert_eq!(
+            hint(Some(r#"{"retryAfterMs":2.5}"#)),
+            Some(Duration::from_micros(2500))
+        );
+        for none in [
+            None,
+            Some("null"),
+            Some("[100]"),
+            Some(r#"{"reason":"in_progress"}"#),
+            Some(r#"{"retryAfterMs":-1}"#),
+            Some(r#"{"retryAfterMs":"100"}"#),
+        ] {
+            assert_eq!(hint(none), None, "{none:?}");
+        }
+        assert_eq!(hint(Some(r#"{"retryAfterMs":1e300}"#)), Some(Duration::MAX));
+        assert!(Error::Server(e(None)).is_transient());
     }
 }

@@ -13,12 +13,38 @@ pub(crate) const MAX_HEAD_BYTES: usize = 16 * 1024;
 /// Headers beyond this many make the head malformed for us.
 const MAX_HEADERS: usize = 64;
 
+/// The request's own header fields, beyond the fixed ones.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Extra<'a> {
+    /// `Authorization: Bearer <token>` (checked to be visible ASCII at connect).
+    pub(crate) bearer: Option<&'a str>,
+    /// `Idempotency-Key: <prefix>-<id>`: the client's random hex prefix and the call's
+    /// id, the same on every attempt of the call.
+    pub(crate) idempotency_key: Option<(&'a [u8], u64)>,
+}
+
 /// Writes a POST head for a JSON body of `len` bytes.
-pub(crate) fn write_head(out: &mut Vec<u8>, path: &str, authority: &str, len: usize) {
+pub(crate) fn write_head(
+    out: &mut Vec<u8>,
+    path: &str,
+    authority: &str,
+    extra: Extra<'_>,
+    len: usize,
+) {
     out.extend_from_slice(b"POST ");
     out.extend_from_slice(path.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
     out.extend_from_slice(authority.as_bytes());
+    if let Some(token) = extra.bearer {
+        out.extend_from_slice(b"\r\nAuthorization: Bearer ");
+        out.extend_from_slice(token.as_bytes());
+    }
+    if let Some((prefix, id)) = extra.idempotency_key {
+        out.extend_from_slice(b"\r\nIdempotency-Key: ");
+        out.extend_from_slice(prefix);
+        out.push(b'-');
+        out.extend_from_slice(itoa::Buffer::new().format(id).as_bytes());
+    }
     out.extend_from_slice(
         b"\r\nContent-Type: application/json\r\nAccept: application/json\r\nContent-Length: ",
     );
@@ -232,6 +258,28 @@ mod tests {
             }
         }
         Ok(out)
+    }
+
+    #[test]
+    fn heads_carry_the_token_and_the_idempotency_key() {
+        let mut out = Vec::new();
+        write_head(&mut out, "/rpc", "h:1", Extra::default(), 7);
+        assert_eq!(
+            out,
+            b"POST /rpc HTTP/1.1\r\nHost: h:1\r\nContent-Type: application/json\r\nAccept: application/json\r\nContent-Length: 7\r\n\r\n"
+        );
+        out.clear();
+        let extra = Extra {
+            bearer: Some("t0k"),
+            idempotency_key: Some((b"00ff", 4294967296)),
+        };
+        write_head(&mut out, "/", "h:1", extra, 2);
+        let head = String::from_utf8(out).unwrap();
+        assert!(
+            head.starts_with("POST / HTTP/1.1\r\nHost: h:1\r\nAuthorization: Bearer t0k\r\nIdempotency-Key: 00ff-4294967296\r\nContent-Type"),
+            "{head}"
+        );
+        assert!(head.ends_with("Content-Length: 2\r\n\r\n"), "{head}");
     }
 
     #[test]

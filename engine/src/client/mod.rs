@@ -17,7 +17,14 @@
 //! **Failures.** Every failure is an [`Error`] variant. A dropped connection fails the
 //! calls in flight ([`Error::Closed`]) and the next call reconnects. Calls made with
 //! [`Client::call_idempotent`] are retried under [`Options::retry`], resending the same
-//! id so a server can de-duplicate.
+//! id (and over HTTP the same `Idempotency-Key`) so a server can de-duplicate; a
+//! `-32042 In progress` answer (the first attempt still runs) is waited out.
+//!
+//! **Authentication.** With [`Options::token`], HTTP requests carry
+//! `Authorization: Bearer TOKEN`, and on TCP and Unix sockets every new connection
+//! (reconnects included) is authenticated with an `rpc.auth` call before any other call
+//! is written on it. A refused token is the server's error, [`Error::Server`] with code
+//! `-32040`.
 //!
 //! ```
 //! use ringrpc::client::{Client, Error};
@@ -63,11 +70,13 @@ pub use batch::{Batch, BatchKey, BatchReply};
 pub use error::{Error, ServerError, Violation};
 
 use std::borrow::Cow;
+use std::collections::hash_map::RandomState;
+use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -83,13 +92,30 @@ use address::Address;
 use conn::{Conn, SendError, Ticket};
 
 /// Connection and call settings, with chainable setters.
-#[derive(Clone, Debug)]
+///
+/// `Debug` does not show the token (only whether one is set).
+#[derive(Clone)]
 pub struct Options {
     connect_timeout: Duration,
     timeout: Duration,
     retry: Retry,
     max_response_bytes: usize,
     max_depth: usize,
+    token: Option<String>,
+}
+
+impl fmt::Debug for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The token is a secret: `{:?}` of options (or of a client) ends up in logs.
+        f.debug_struct("Options")
+            .field("connect_timeout", &self.connect_timeout)
+            .field("timeout", &self.timeout)
+            .field("retry", &self.retry)
+            .field("max_response_bytes", &self.max_response_bytes)
+            .field("max_depth", &self.max_depth)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 impl Default for Options {
@@ -100,6 +126,7 @@ impl Default for Options {
             retry: Retry::default(),
             max_response_bytes: defaults::DEFAULT_MAX_RESPONSE_BYTES,
             max_depth: defaults::DEFAULT_MAX_DEPTH,
+            token: None,
         }
     }
 }
@@ -139,6 +166,18 @@ impl Options {
     /// The deepest nesting accepted in a response (default 64).
     pub fn max_depth(mut self, depth: usize) -> Self {
         self.max_depth = depth;
+        self
+    }
+
+    /// Authenticates with `token` (a key's token or a JWT). Over HTTP every request
+    /// carries `Authorization: Bearer TOKEN` (so the token must be visible ASCII, else
+    /// [`Error::Token`] at connect). On TCP and Unix sockets each new connection,
+    /// reconnects included, first calls `rpc.auth` with `{"token": TOKEN}` and is used
+    /// only once that succeeded, within the connect timeout; a server that refuses the
+    /// token (or does not authenticate at all) fails the connect, or the call that
+    /// reconnected, with its error ([`Error::Server`], code `-32040`, or `-32601`).
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
         self
     }
 }
@@ -189,7 +228,8 @@ impl Retry {
         self
     }
 
-    /// The time from the first attempt after which no retry is started.
+    /// The time from the first attempt after which no retry is started. It also bounds
+    /// the waits for a call the server reports still running (`-32042`).
     pub fn max_elapsed(mut self, t: Duration) -> Self {
         self.max_elapsed = t;
         self
@@ -257,6 +297,122 @@ pub(crate) fn server_error<'a>(
     })
 }
 
+/// How a client names its requests: ids counted from a random start, and the prefix of
+/// its `Idempotency-Key`s. Shared with its connections, which route by id.
+#[derive(Debug)]
+pub(crate) struct Numbering {
+    /// The next id: ids at or above it were never sent.
+    next: AtomicU64,
+    /// The first id: ids below it were never sent by this client either.
+    first: u64,
+    /// 16 random hex digits: `Idempotency-Key: <prefix>-<id>`.
+    key_prefix: [u8; 16],
+}
+
+/// The lowest first id (2³²) and the bound on first ids (2⁵²): a start drawn between
+/// them leaves 2⁵² calls before ids pass 2⁵³, the largest integer a double holds
+/// exactly, so servers that read ids as doubles echo them unchanged.
+const FIRST_ID_MIN: u64 = 1 << 32;
+const FIRST_ID_END: u64 = 1 << 52;
+
+impl Numbering {
+    fn new() -> Self {
+        let first = FIRST_ID_MIN + random_u64() % (FIRST_ID_END - FIRST_ID_MIN);
+        let mut key_prefix = [0u8; 16];
+        let r = random_u64();
+        for (i, b) in key_prefix.iter_mut().enumerate() {
+            *b = b"0123456789abcdef"[(r >> (60 - 4 * i)) as usize & 0xf];
+        }
+        Self {
+            next: AtomicU64::new(first),
+            first,
+            key_prefix,
+        }
+    }
+
+    /// Takes `n` fresh ids; returns the first.
+    pub(crate) fn take(&self, n: u64) -> u64 {
+        self.next.fetch_add(n, Ordering::Relaxed)
+    }
+
+    /// Whether `id` was handed out by this client (so an answer to it is expected or
+    /// late, not foreign).
+    pub(crate) fn issued(&self, id: u64) -> bool {
+        (self.first..self.next.load(Ordering::Acquire)).contains(&id)
+    }
+
+    /// The `Idempotency-Key` prefix (ASCII hex).
+    pub(crate) fn key_prefix(&self) -> &[u8] {
+        &self.key_prefix
+    }
+}
+
+/// 64 random bits from std alone: a new `RandomState` (keyed from the OS's randomness
+/// once per thread, then stepped for each new one) hashing the time, the process id and
+/// a process-wide counter, so two clients differ within a process and across processes.
+fn random_u64() -> u64 {
+    static DRAWS: AtomicU64 = AtomicU64::new(0);
+    let mut h = RandomState::new().build_hasher();
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    h.write_u128(now);
+    h.write_u32(std::process::id());
+    h.write_u64(DRAWS.fetch_add(1, Ordering::Relaxed));
+    h.finish()
+}
+
+/// Connects and, with a token on TCP or a Unix socket, authenticates: the connection
+/// is handed out only once `rpc.auth` succeeded on it. Both end at `deadline`.
+fn open(
+    address: &Address,
+    options: &Options,
+    numbering: &Arc<Numbering>,
+    deadline: Instant,
+) -> Result<Conn, Error> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(Error::ConnectTimeout);
+    }
+    let conn = Conn::connect(address, options, left, Arc::clone(numbering))?;
+    // HTTP sends the token with every request instead.
+    if let (Some(token), Address::Tcp(_) | Address::Unix(_)) = (&options.token, address) {
+        authenticate(&conn, numbering, token, deadline)?;
+    }
+    Ok(conn)
+}
+
+/// Calls `rpc.auth` on a fresh connection and waits for its answer. Running out of time
+/// is a connect timeout: the connection was never usable.
+#[cold]
+fn authenticate(
+    conn: &Conn,
+    numbering: &Numbering,
+    token: &str,
+    deadline: Instant,
+) -> Result<(), Error> {
+    #[derive(Serialize)]
+    struct Auth<'a> {
+        token: &'a str,
+    }
+    let as_connect = |e: Error| match e {
+        Error::WriteTimeout | Error::ReadTimeout => Error::ConnectTimeout,
+        e => e,
+    };
+    let id = numbering.take(1);
+    let params = Auth { token };
+    let mut write =
+        |buf: &mut Vec<u8>| encode(write_request(buf, Some(Id::UInt(id)), "rpc.auth", &params));
+    let ticket = match conn.send(id..id + 1, true, false, deadline, &mut write) {
+        Ok(Some(ticket)) => ticket,
+        Ok(None) => return Err(Error::Protocol(Violation::MissingResponse)),
+        Err(SendError::Dead(e) | SendError::Failed(e)) => return Err(as_connect(e)),
+    };
+    // Any result will do: the server answers `{"identity": NAME}`, or an error.
+    let mut f = Some(|_: Reply<'_>| Ok(()));
+    wait_single(conn, ticket, id, deadline, &mut f).map_err(as_connect)
+}
+
 /// Reads the reply to the single call `id`.
 fn single_reply<T>(
     raw: RawCtx<'_>,
@@ -286,15 +442,27 @@ fn single_reply<T>(
 /// Cost per call in steady state: one write and (for a lone caller) one read system
 /// call, one parse of the response, no heap allocation for plain or borrowed params
 /// and results.
+///
+/// **Ids.** A client numbers its calls from a random start between 2³² and 2⁵², one
+/// more for each call, and never sends an id twice except on purpose (a retry of
+/// [`Client::call_idempotent`]). A server that de-duplicates by (identity, id) then
+/// does not take one process's call for a retry of another's when both authenticate as
+/// the same identity, as it would if both counted from 1. The limit: starts are random,
+/// not coordinated, so two clients making `n` calls each send a common id with a
+/// probability of about `2n / 2⁵²` (one in 2 million for a billion calls each), for
+/// each pair of clients; it matters only when both are the same identity and the
+/// common id is reused within the server's de-duplication TTL. Ids stay integers below
+/// 2⁵³, which servers that read ids as doubles echo exactly. Over HTTP an idempotent
+/// call also sends `Idempotency-Key: <16 random hex digits of this client>-<id>`.
 pub struct Client {
     address: Address,
     options: Options,
     link: Mutex<Link>,
     /// Notified when a connection attempt ends.
     connected: Condvar,
-    /// The next id: ids only grow, so one is never reused on any connection of this
+    /// The ids: they only grow, so one is never reused on any connection of this
     /// client (except on purpose, by a retry).
-    ids: Arc<AtomicU64>,
+    ids: Arc<Numbering>,
 }
 
 /// The client's connection, and whether a caller is making a new one.
@@ -334,7 +502,9 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::Address`], [`Error::ConnectTimeout`] or [`Error::Connect`].
+    /// [`Error::Address`], [`Error::ConnectTimeout`] or [`Error::Connect`]; with a
+    /// token ([`Options::token`]), [`Error::Token`], or on TCP and Unix sockets the
+    /// server's refusal of it ([`Error::Server`]).
     pub fn connect(url: &str) -> Result<Self, Error> {
         Self::connect_with(url, Options::default())
     }
@@ -346,13 +516,12 @@ impl Client {
     /// As [`Client::connect`].
     pub fn connect_with(url: &str, options: Options) -> Result<Self, Error> {
         let address = Address::parse(url)?;
-        let ids = Arc::new(AtomicU64::new(1));
-        let conn = Conn::connect(
-            &address,
-            &options,
-            options.connect_timeout,
-            Arc::clone(&ids),
-        )?;
+        if let (Address::Http { .. }, Some(token)) = (&address, &options.token) {
+            check_header_token(token)?;
+        }
+        let ids = Arc::new(Numbering::new());
+        let deadline = Instant::now() + options.connect_timeout;
+        let conn = open(&address, &options, &ids, deadline)?;
         Ok(Self {
             address,
             options,
@@ -390,17 +559,8 @@ impl Client {
         link.connecting = true;
         drop(link);
         let connecting = Connecting(self);
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(Error::ConnectTimeout);
-        }
-        let timeout = left.min(self.options.connect_timeout);
-        let conn = Arc::new(Conn::connect(
-            &self.address,
-            &self.options,
-            timeout,
-            Arc::clone(&self.ids),
-        )?);
+        let deadline = deadline.min(Instant::now() + self.options.connect_timeout);
+        let conn = Arc::new(open(&self.address, &self.options, &self.ids, deadline)?);
         lock(&self.link).conn = Some(Arc::clone(&conn));
         drop(connecting);
         Ok(conn)
@@ -408,7 +568,7 @@ impl Client {
 
     /// Takes `n` fresh ids.
     fn next_ids(&self, n: u64) -> u64 {
-        self.ids.fetch_add(n, Ordering::Relaxed)
+        self.ids.take(n)
     }
 
     /// Calls `method` and deserializes its result. `params` must serialize to an array
@@ -428,7 +588,11 @@ impl Client {
 
     /// Like [`Client::call`], for a call that is safe to repeat: transient failures are
     /// retried under [`Options::retry`], reconnecting if needed and resending the same
-    /// id.
+    /// id; over HTTP every attempt carries the same `Idempotency-Key`. A `-32042 In
+    /// progress` answer (a de-duplicating server still runs the first attempt) is
+    /// waited out: the call is resent after the answer's `retryAfterMs` (at least 1 ms,
+    /// at most what is left of [`Retry::max_elapsed`]); such resends do not count as
+    /// attempts, since nothing ran again (with `max_attempts(1)` nothing is resent).
     ///
     /// # Errors
     ///
@@ -465,7 +629,8 @@ impl Client {
     pub fn notify<P: Serialize>(&self, method: &str, params: P) -> Result<(), Error> {
         let deadline = Instant::now() + self.options.timeout;
         let mut write = |buf: &mut Vec<u8>| encode(write_request(buf, None, method, &params));
-        self.send(0..0, false, deadline, &mut write).map(|_| ())
+        self.send(0..0, false, false, deadline, &mut write)
+            .map(|_| ())
     }
 
     /// Sends a call without waiting for its answer, for pipelining from one thread:
@@ -480,7 +645,7 @@ impl Client {
         let deadline = Instant::now() + self.options.timeout;
         let mut write =
             |buf: &mut Vec<u8>| encode(write_request(buf, Some(Id::UInt(id)), method, &params));
-        let (conn, ticket) = self.send(id..id + 1, true, deadline, &mut write)?;
+        let (conn, ticket) = self.send(id..id + 1, true, false, deadline, &mut write)?;
         Ok(Pending {
             conn,
             ticket,
@@ -497,18 +662,20 @@ impl Client {
 
     /// Sends on the live connection; a connection found dead before anything was
     /// written is replaced once. Every wait (for a reconnect, the writer, the write)
-    /// ends at `deadline`, the call's one deadline.
-    fn send(
+    /// ends at `deadline`, the call's one deadline. `idempotent`: over HTTP, with an
+    /// `Idempotency-Key` naming the call by its first id.
+    pub(crate) fn send(
         &self,
         ids: std::ops::Range<u64>,
         reply: bool,
+        idempotent: bool,
         deadline: Instant,
         write: &mut dyn FnMut(&mut Vec<u8>) -> Result<(), Error>,
     ) -> Result<(Arc<Conn>, Option<Ticket>), Error> {
         let mut reconnected = false;
         loop {
             let conn = self.conn(deadline)?;
-            match conn.send(ids.clone(), reply, deadline, write) {
+            match conn.send(ids.clone(), reply, idempotent, deadline, write) {
                 Ok(t) => return Ok((conn, t)),
                 Err(SendError::Dead(_)) if !reconnected => reconnected = true,
                 Err(SendError::Dead(e) | SendError::Failed(e)) => return Err(e),
@@ -530,28 +697,43 @@ impl Client {
         let mut attempt = 1;
         let mut random = 0;
         loop {
-            let r = self.attempt(id, method, params, &mut f);
+            let r = self.attempt(id, method, params, idempotent, &mut f);
             let retry = &self.options.retry;
-            match r {
-                Err(e) if idempotent && e.is_transient() && attempt < retry.max_attempts => {
-                    if random == 0 {
-                        // A per-process random seed from std, mixed with the id.
-                        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-                        h.write_u64(id);
-                        random = h.finish() | 1;
-                    }
-                    random ^= random << 13;
-                    random ^= random >> 7;
-                    random ^= random << 17;
-                    let pause = retry.backoff(attempt, random);
-                    if started.elapsed() + pause > retry.max_elapsed {
-                        return Err(e);
-                    }
-                    std::thread::sleep(pause);
-                    attempt += 1;
-                }
+            let e = match r {
+                Err(e) if idempotent && retry.max_attempts > 1 => e,
                 r => return r,
-            }
+            };
+            let elapsed = started.elapsed();
+            let pause = if let Some(wait) = in_progress(&e) {
+                // The first attempt still runs: ask again when the server suggests,
+                // within the time left. Nothing ran again, so no attempt is spent.
+                let left = retry.max_elapsed.saturating_sub(elapsed);
+                if left.is_zero() {
+                    return Err(e);
+                }
+                wait.unwrap_or(retry.initial_backoff)
+                    .min(left)
+                    .max(Duration::from_millis(1))
+            } else if e.is_transient() && attempt < retry.max_attempts {
+                if random == 0 {
+                    // A per-process random seed from std, mixed with the id.
+                    let mut h = RandomState::new().build_hasher();
+                    h.write_u64(id);
+                    random = h.finish() | 1;
+                }
+                random ^= random << 13;
+                random ^= random >> 7;
+                random ^= random << 17;
+                let pause = retry.backoff(attempt, random);
+                if elapsed + pause > retry.max_elapsed {
+                    return Err(e);
+                }
+                attempt += 1;
+                pause
+            } else {
+                return Err(e);
+            };
+            std::thread::sleep(pause);
         }
     }
 
@@ -561,17 +743,40 @@ impl Client {
         id: u64,
         method: &str,
         params: &P,
+        idempotent: bool,
         f: &mut Option<F>,
     ) -> Result<T, Error> {
         let deadline = Instant::now() + self.options.timeout;
         let mut write =
             |buf: &mut Vec<u8>| encode(write_request(buf, Some(Id::UInt(id)), method, params));
-        let (conn, ticket) = self.send(id..id + 1, true, deadline, &mut write)?;
+        let (conn, ticket) = self.send(id..id + 1, true, idempotent, deadline, &mut write)?;
         let Some(ticket) = ticket else {
             return Err(Error::Protocol(Violation::MissingResponse));
         };
         wait_single(&conn, ticket, id, deadline, f)
     }
+}
+
+/// For a `-32042 In progress` answer, the wait it asks for (`None`: no hint).
+fn in_progress(e: &Error) -> Option<Option<Duration>> {
+    match e {
+        Error::Server(s) if s.code == crate::codes::IN_PROGRESS => Some(s.retry_after()),
+        _ => None,
+    }
+}
+
+/// Checks that a token can be sent as `Authorization: Bearer TOKEN`: visible ASCII
+/// only, since a space or a line break would end the header (or start another one).
+fn check_header_token(token: &str) -> Result<(), Error> {
+    if token.is_empty() {
+        return Err(Error::Token("empty"));
+    }
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Error::Token(
+            "an HTTP header takes visible ASCII only (no spaces or control characters)",
+        ));
+    }
+    Ok(())
 }
 
 /// Waits for the reply to call `id` and reads it with `f` (taken only on a result).
@@ -655,5 +860,43 @@ mod tests {
             assert!((Duration::from_millis(25)..=Duration::from_millis(50)).contains(&b9));
         }
         assert_ne!(r.backoff(3, 1), r.backoff(3, 7));
+    }
+
+    #[test]
+    fn numbering_starts_at_random_within_bounds() {
+        let a = Numbering::new();
+        let b = Numbering::new();
+        for n in [&a, &b] {
+            assert!((FIRST_ID_MIN..FIRST_ID_END).contains(&n.first));
+            assert!(n.key_prefix().iter().all(u8::is_ascii_hexdigit));
+        }
+        assert_ne!(a.first, b.first);
+        assert_ne!(a.key_prefix(), b.key_prefix());
+        // Only ids handed out count as this client's.
+        assert!(!a.issued(a.first));
+        let id = a.take(2);
+        assert_eq!(id, a.first);
+        assert!(a.issued(id) && a.issued(id + 1) && !a.issued(id + 2));
+        assert!(!a.issued(1) && !a.issued(id - 1));
+    }
+
+    #[test]
+    fn header_tokens_are_visible_ascii() {
+        assert!(check_header_token("abc.DEF-123_~+/=").is_ok());
+        for bad in ["", "a b", "a\r\nX-Evil: 1", "é", "a\tb"] {
+            assert!(
+                matches!(check_header_token(bad), Err(Error::Token(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn options_debug_redacts_the_token() {
+        let o = Options::default().token("s3cret-token");
+        let shown = format!("{o:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+        assert!(format!("{:?}", Options::default()).contains("token: None"));
     }
 }
