@@ -47,7 +47,8 @@ pub enum Violation {
     /// A response larger than the client's `max_response_bytes`.
     #[error("response exceeds max_response_bytes")]
     TooLarge,
-    /// An HTTP status other than 200 or 204.
+    /// An HTTP status other than 200 or 204 (a 401 or 429 whose body holds JSON-RPC
+    /// errors is reported as those errors instead).
     #[error("HTTP status {0}")]
     HttpStatus(u16),
     /// A malformed HTTP response (head, `Content-Length`, chunked framing).
