@@ -300,11 +300,11 @@ fn waiting_for_the_writer_and_reconnecting_count_against_the_call_deadline() {
     let timeout = Duration::from_secs(1);
     let opts = Options::default().timeout(timeout);
     let c = Arc::new(Client::connect_with(&format!("tcp://{addr}"), opts).unwrap());
-    // Larger than what the kernel buffers for a peer that never reads (our send buffer,
+    // 8 MiB: larger than what the kernel buffers for a peer that never reads (our send buffer,
     // at most tcp_wmem's 4 MiB, plus its receive buffer, which is autotuned only as the
     // peer reads), so the write stalls; no larger, since encoding it (debug build)
     // counts against the deadline measured below.
-    let big = Arc::new("x".repeat(16 << 20));
+    let big = Arc::new("x".repeat(8 << 20));
     let first = {
         let (c, big) = (Arc::clone(&c), Arc::clone(&big));
         std::thread::spawn(move || c.call::<Value, _>("m", [&*big]))
