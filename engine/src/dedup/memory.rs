@@ -54,10 +54,9 @@ pub(crate) struct MemoryStore {
     ttl_ns: u64,
     /// [`coarse_now_ns`] at creation.
     epoch: u64,
-    /// Two randomly seeded hashers (foldhash, hashbrown's): 128 bits a caller cannot
-    /// aim at another caller's key without knowing the seeds.
-    lo: RandomState,
-    hi: RandomState,
+    /// A randomly seeded hasher (foldhash, hashbrown's): a caller cannot aim a key at
+    /// another caller's without knowing the seed.
+    seed: RandomState,
 }
 
 impl MemoryStore {
@@ -68,8 +67,7 @@ impl MemoryStore {
             max_bytes: (max_bytes / SHARDS).max(ENTRY_OVERHEAD * 4),
             ttl_ns: u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX),
             epoch: coarse_now_ns(),
-            lo: RandomState::default(),
-            hi: RandomState::default(),
+            seed: RandomState::default(),
         }
     }
 
@@ -170,17 +168,31 @@ fn as_u128(d: &Digest) -> u128 {
 
 impl Store for MemoryStore {
     fn digest(&self, parts: &[&[u8]]) -> Digest {
-        let mut lo = self.lo.build_hasher();
-        let mut hi = self.hi.build_hasher();
+        // 64 bits under a random seed: keys and fingerprints are compared together, so
+        // a wrong replay needs both to collide (2^-128 for a caller who cannot see the
+        // seed), and a key alone colliding (a -32043 for an innocent call) is about
+        // 2^-64 per stored entry. One hash run each, not two.
+        // Short inputs (keys, small params) are gathered on the stack and hashed in one
+        // write: foldhash is fastest on one slice, not on many small writes.
+        let mut buf = [0u8; 128];
+        let mut n = 0;
+        let mut h = self.seed.build_hasher();
         for p in parts {
-            lo.write_usize(p.len());
-            lo.write(p);
-            hi.write_usize(p.len());
-            hi.write(p);
+            let len = (p.len() as u32).to_le_bytes();
+            if n + 4 + p.len() <= buf.len() {
+                buf[n..n + 4].copy_from_slice(&len);
+                buf[n + 4..n + 4 + p.len()].copy_from_slice(p);
+                n += 4 + p.len();
+            } else {
+                h.write(&buf[..n]);
+                n = 0;
+                h.write(&len);
+                h.write(p);
+            }
         }
+        h.write(&buf[..n]);
         let mut d = [0u8; 16];
-        d[..8].copy_from_slice(&lo.finish().to_le_bytes());
-        d[8..].copy_from_slice(&hi.finish().to_le_bytes());
+        d[..8].copy_from_slice(&h.finish().to_le_bytes());
         d
     }
 
