@@ -519,7 +519,7 @@ impl Engine {
         // none) answered here.
         let plain = entry.is_none_or(crate::dispatch::registry::Entry::is_plain);
         if plain && self.bare {
-            let d = dispatch(entry, req, None, source, out, limit, max);
+            let d = crate::dispatch::dispatch_plain(entry, req, out, limit, max);
             defer.outcome(d.code);
             return if d.wrote {
                 Answer::Wrote
