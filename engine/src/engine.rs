@@ -606,11 +606,7 @@ impl Engine {
             (Some(d), Some(key), Some(id)) => {
                 let fp = d.fingerprint(req.method, req.params.raw_json());
                 match d.store.claim(&key, &fp, id, out) {
-                    Claim::Run => Some(Ticket {
-                        store: Arc::clone(&d.store),
-                        key,
-                        fp,
-                    }),
+                    Claim::Run => Some((d, key, fp)),
                     Claim::Bypass => None,
                     claim => {
                         let code = match claim {
@@ -631,8 +627,12 @@ impl Engine {
             let responder = match (req.id, hooks) {
                 (Some(id), _) => {
                     let mut r = defer.responder(id, req.method);
-                    if let Some(t) = ticket {
-                        r.set_ticket(t);
+                    if let Some((d, key, fp)) = ticket {
+                        r.set_ticket(Ticket {
+                            store: Arc::clone(&d.store),
+                            key,
+                            fp,
+                        });
                     }
                     r
                 }
@@ -665,8 +665,8 @@ impl Engine {
         }
         let mark = out.len();
         let d = dispatch(entry, req, ctx.as_ref(), source, out, limit, max);
-        if let Some(t) = ticket {
-            t.finish(&out[mark..], d.code);
+        if let Some((dd, key, fp)) = ticket {
+            crate::dedup::settle(&*dd.store, &key, &fp, &out[mark..], d.code);
         }
         defer.outcome(d.code);
         if let Some(h) = hooks {

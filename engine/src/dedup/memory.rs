@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hasher};
 
-use foldhash::quality::RandomState;
+use foldhash::fast::RandomState;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -201,31 +201,34 @@ impl Store for MemoryStore {
         let k = as_u128(key);
         let mut shard = self.shard(k);
         shard.trim(now, self.ttl_ns, self.max_bytes);
-        if let Some(entry) = shard.map.get(&k) {
-            if entry.expires > now || entry.done.is_none() {
-                return match (&entry.done, entry.fp == *fp) {
-                    (_, false) => Claim::Mismatch,
-                    (None, true) => Claim::InProgress,
-                    (Some((tail, code)), true) => {
-                        write_replay(out, id, tail);
-                        Claim::Replayed(*code)
-                    }
-                };
-            }
-            // Expired but not trimmed yet (it is not at the front): gone.
-            if let Some(old) = shard.map.remove(&k) {
+        let expires = now.saturating_add(self.ttl_ns);
+        let fresh = Entry {
+            fp: *fp,
+            expires,
+            done: None,
+        };
+        // One lookup: the new claim goes into the slot found.
+        match shard.map.entry(k) {
+            std::collections::hash_map::Entry::Occupied(mut slot) => {
+                let entry = slot.get();
+                if entry.expires > now || entry.done.is_none() {
+                    return match (&entry.done, entry.fp == *fp) {
+                        (_, false) => Claim::Mismatch,
+                        (None, true) => Claim::InProgress,
+                        (Some((tail, code)), true) => {
+                            write_replay(out, id, tail);
+                            Claim::Replayed(*code)
+                        }
+                    };
+                }
+                // Expired but not trimmed yet (it is not at the front): replaced.
+                let old = std::mem::replace(slot.get_mut(), fresh);
                 shard.free(old);
             }
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(fresh);
+            }
         }
-        let expires = now.saturating_add(self.ttl_ns);
-        shard.map.insert(
-            k,
-            Entry {
-                fp: *fp,
-                expires,
-                done: None,
-            },
-        );
         shard.order.push_back((k, expires));
         shard.bytes += ENTRY_OVERHEAD;
         Claim::Run

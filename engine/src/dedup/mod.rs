@@ -223,10 +223,22 @@ impl Ticket {
     /// Stores `answer` (a whole response object), or frees the key if the call did not
     /// start (its code says it was refused).
     pub(crate) fn finish(&self, answer: &[u8], code: Option<i32>) {
-        match (not_started(code), tail(answer)) {
-            (false, Some(tail)) => self.store.finish(&self.key, &self.fp, tail, code),
-            _ => self.store.release(&self.key, &self.fp),
-        }
+        settle(&*self.store, &self.key, &self.fp, answer, code);
+    }
+}
+
+/// Stores `answer` (a whole response object) of the call claimed as `key`, or frees the
+/// key if the call did not start (its code says it was refused).
+pub(crate) fn settle(
+    store: &dyn Store,
+    key: &Digest,
+    fp: &Digest,
+    answer: &[u8],
+    code: Option<i32>,
+) {
+    match (not_started(code), tail(answer)) {
+        (false, Some(tail)) => store.finish(key, fp, tail, code),
+        _ => store.release(key, fp),
     }
 }
 
