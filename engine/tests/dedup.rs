@@ -4,7 +4,7 @@
 
 mod util;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -191,30 +191,8 @@ fn a_deferred_call_past_its_deadline_stays_in_progress_until_it_answers() {
 
 /// One HTTP/1.1 POST: (status, body).
 fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &Value) -> (u16, Value) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-    let body = serde_json::to_vec(body).unwrap();
-    let mut head = format!(
-        "POST / HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
-    for (n, v) in headers {
-        head.push_str(&format!("{n}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    s.write_all(head.as_bytes()).unwrap();
-    s.write_all(&body).unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let mut hs = [httparse::EMPTY_HEADER; 32];
-    let mut resp = httparse::Response::new(&mut hs);
-    let httparse::Status::Complete(at) = resp.parse(&raw).unwrap() else {
-        panic!("incomplete response");
-    };
-    (
-        resp.code.unwrap(),
-        serde_json::from_slice(&raw[at..]).unwrap(),
-    )
+    let a = util::http::post(addr, headers, body);
+    (a.status, a.body)
 }
 
 #[test]

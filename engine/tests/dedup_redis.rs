@@ -7,7 +7,7 @@
 
 mod util;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -318,31 +318,11 @@ fn a_deferred_call_past_its_deadline_is_answered_by_its_real_outcome() {
     timed_out_then_replayed("later_incr");
 }
 
-/// One HTTP/1.1 POST; the answer's body.
+/// One HTTP/1.1 POST; the answer's body (a 200 is required).
 fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &Value) -> Value {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let body = serde_json::to_vec(body).unwrap();
-    let mut head = format!(
-        "POST / HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
-    for (n, v) in headers {
-        head.push_str(&format!("{n}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    s.write_all(head.as_bytes()).unwrap();
-    s.write_all(&body).unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let mut hs = [httparse::EMPTY_HEADER; 32];
-    let mut resp = httparse::Response::new(&mut hs);
-    let Ok(httparse::Status::Complete(at)) = resp.parse(&raw) else {
-        panic!("not an HTTP response: {}", util::show(&raw));
-    };
-    assert_eq!(resp.code, Some(200), "{}", util::show(&raw));
-    serde_json::from_slice(&raw[at..]).unwrap()
+    let a = util::http::post(addr, headers, body);
+    assert_eq!(a.status, 200, "{}", a.body);
+    a.body
 }
 
 #[test]

@@ -106,49 +106,14 @@ fn code(v: &Value) -> i64 {
     v["error"]["code"].as_i64().unwrap_or(0)
 }
 
-/// One HTTP/1.1 POST with `headers`: (status, header lines, body).
+/// One HTTP/1.1 POST with `headers`: (status, header fields, body).
 fn post(
     addr: SocketAddr,
     headers: &[(&str, &str)],
     body: &Value,
 ) -> (u16, Vec<(String, String)>, Value) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-    let body = serde_json::to_vec(body).unwrap();
-    let mut req = format!(
-        "POST / HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
-    for (n, v) in headers {
-        req.push_str(&format!("{n}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    s.write_all(&body).unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let mut hs = [httparse::EMPTY_HEADER; 32];
-    let mut resp = httparse::Response::new(&mut hs);
-    let httparse::Status::Complete(at) = resp.parse(&raw).unwrap() else {
-        panic!("incomplete response: {}", String::from_utf8_lossy(&raw));
-    };
-    let status = resp.code.unwrap();
-    let headers: Vec<(String, String)> = resp
-        .headers
-        .iter()
-        .map(|h| {
-            (
-                h.name.to_ascii_lowercase(),
-                String::from_utf8_lossy(h.value).into_owned(),
-            )
-        })
-        .collect();
-    let body = if raw.len() > at {
-        serde_json::from_slice(&raw[at..]).unwrap()
-    } else {
-        Value::Null
-    };
-    (status, headers, body)
+    let a = util::http::post(addr, headers, body);
+    (a.status, a.headers, a.body)
 }
 
 fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {

@@ -4,6 +4,7 @@
 //! Include with `mod util;` from a test file. Not every test uses every helper.
 #![allow(dead_code)]
 
+pub mod http;
 pub mod redis;
 pub mod server;
 
