@@ -737,7 +737,8 @@ fn answer(ctx: &mut Ctx, conn: &mut Conn, key: usize, frame: &[u8], http: Option
     let split = ctx
         .engine
         .handle_split(frame, &source, &mut ctx.scratch, &mut conn.out, &mut sink);
-    let all_limited = sink.all_limited();
+    // Only an HTTP answer has a status to say it with.
+    let all_limited = head.as_ref().and_then(|_| sink.all_limited());
     if let Split::Done(outcome) = split {
         match (head, outcome) {
             (None, Outcome::Reply) => conn.out.push(b'\n'),
