@@ -230,7 +230,7 @@ impl Hooks for InProgress {
     }
 }
 
-/// The demo methods plus `slow_incr` (blocking, 300 ms, de-duplicated): it counts its
+/// The demo methods plus `slow_incr` (blocking, 600 ms, de-duplicated): it counts its
 /// runs in `runs` and answers the count.
 fn slow(runs: &Arc<AtomicUsize>) -> RegistryBuilder {
     let runs = Arc::clone(runs);
@@ -238,7 +238,7 @@ fn slow(runs: &Arc<AtomicUsize>) -> RegistryBuilder {
     b.blocking_method(
         "slow_incr",
         move |_p: Params<'_>| -> Result<usize, RpcError> {
-            std::thread::sleep(Duration::from_millis(300));
+            std::thread::sleep(Duration::from_millis(600));
             Ok(runs.fetch_add(1, Ordering::SeqCst) + 1)
         },
     )
@@ -249,7 +249,7 @@ fn slow(runs: &Arc<AtomicUsize>) -> RegistryBuilder {
 }
 
 /// The case: the client's timeout (100 ms) is shorter than the handler
-/// (300 ms). `call_idempotent` times out and resends the same id (or key) on the same
+/// (600 ms). `call_idempotent` times out and resends the same id (or key) on the same
 /// connection; the server answers each resend `-32042` but, answering a connection in
 /// order, only after the first attempt's answer, which the waiting resend takes: the
 /// call gets the real result, and the handler runs once per call. (`-32042` reaching
@@ -265,9 +265,9 @@ fn dedup_under_a_short_client_timeout(url: &str, token: Option<&str>, runs: &Ato
         let start = Instant::now();
         let r: usize = c.call_idempotent("slow_incr", [1]).unwrap();
         assert_eq!(r, n, "{url}");
-        assert!(start.elapsed() >= Duration::from_millis(250), "{url}");
+        assert!(start.elapsed() >= Duration::from_millis(550), "{url}");
         // Long enough for any stray second run to have finished.
-        std::thread::sleep(Duration::from_millis(400));
+        std::thread::sleep(Duration::from_millis(700));
         assert_eq!(
             runs.load(Ordering::SeqCst),
             n,

@@ -20,17 +20,21 @@ const IO_TIMEOUT: Duration = Duration::from_secs(10);
 const KEYS: &str = "[[key]]\nname = \"app\"\ntoken = \"t\"\nallow = [\"*\"]\n\
                     [[key]]\nname = \"other\"\ntoken = \"o\"\nallow = [\"*\"]\n";
 
+/// How long `slow_incr` and `later_incr` take.
+const HANDLER_MS: u64 = 800;
+
 /// Runs of the test methods below.
 static SLOW_RUNS: AtomicUsize = AtomicUsize::new(0);
 static LATER_RUNS: AtomicUsize = AtomicUsize::new(0);
 
-/// The demo methods plus `slow_incr` (blocking, 300 ms) and `later_incr` (deferred,
-/// answered after 300 ms from a thread), both de-duplicated.
+/// The demo methods plus `slow_incr` (blocking, 800 ms) and `later_incr` (deferred,
+/// answered after 800 ms from a thread), both de-duplicated. Far longer than their
+/// 100 ms deadline, so that even a loaded machine sends the retry while they run.
 fn engine(timeout_ms: u64) -> Engine {
     let mut b = demo::builder();
     b.blocking_method("slow_incr", |p: Params<'_>| -> Result<usize, RpcError> {
         let [n]: [usize; 1] = p.parse()?;
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(HANDLER_MS));
         Ok(SLOW_RUNS.fetch_add(1, Ordering::SeqCst) + n)
     })
     .unwrap()
@@ -39,7 +43,7 @@ fn engine(timeout_ms: u64) -> Engine {
     .deferred_method("later_incr", |_ctx, p, responder| {
         let n: Result<[usize; 1], RpcError> = p.parse();
         std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(300));
+            std::thread::sleep(Duration::from_millis(HANDLER_MS));
             responder.respond(n.map(|[n]| LATER_RUNS.fetch_add(1, Ordering::SeqCst) + n));
         });
     })
@@ -154,7 +158,7 @@ fn timed_out_then_replayed(method: &str, runs: &AtomicUsize) {
     let before = runs.load(Ordering::SeqCst);
     let mut a = Line::new(s.tcp, "t");
     let started = Instant::now();
-    // The handler takes 300 ms; the deadline is 100 ms.
+    // The handler takes 800 ms; the deadline is 100 ms.
     let v = a.call(req(method, json!([10]), json!(1)));
     assert_eq!(code(&v), -32001, "{v}");
     // Still running: the retry is told to come back, and nothing runs again.
@@ -162,11 +166,11 @@ fn timed_out_then_replayed(method: &str, runs: &AtomicUsize) {
     assert_eq!(code(&v), -32042, "{v}");
     assert_eq!(v["error"]["data"]["retryAfterMs"], 100);
     assert!(
-        started.elapsed() < Duration::from_millis(300),
+        started.elapsed() < Duration::from_millis(HANDLER_MS),
         "the first call was still running"
     );
     // Once it finished, the retry gets its real outcome, with the retry's id.
-    std::thread::sleep(Duration::from_millis(400));
+    std::thread::sleep(Duration::from_millis(HANDLER_MS + 100));
     let mut b = Line::new(s.tcp, "t");
     let v = b.call(req(method, json!([10]), json!(1)));
     assert_eq!(v["id"], 1);

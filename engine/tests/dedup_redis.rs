@@ -259,7 +259,7 @@ fn slow_engine(url: &str, runs: &Arc<AtomicUsize>, finished: &Arc<AtomicUsize>) 
 }
 
 /// How long `slow_incr` and `later_incr` take; their deadline is 100 ms.
-const RUN: Duration = Duration::from_millis(300);
+const RUN: Duration = Duration::from_millis(800);
 
 /// Over TCP: `method` times out (-32001), a retry while it runs is told to come back
 /// (-32042), a retry after it finished gets its real result; it ran once.
