@@ -4,7 +4,6 @@
 
 mod util;
 
-use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -14,9 +13,9 @@ use ringrpc::dedup::{Dedup, DEFAULT_TTL};
 use ringrpc::guard::Guard;
 use ringrpc::{demo, Config, Engine, Params, RpcError, ServerConfig};
 use serde_json::{json, Value};
+use util::line::Line;
 use util::server::Served;
 
-const IO_TIMEOUT: Duration = Duration::from_secs(10);
 const KEYS: &str = "[[key]]\nname = \"app\"\ntoken = \"t\"\nallow = [\"*\"]\n\
                     [[key]]\nname = \"other\"\ntoken = \"o\"\nallow = [\"*\"]\n";
 
@@ -58,32 +57,14 @@ fn engine(timeout_ms: u64) -> Engine {
     .with_dedup(Dedup::memory(1 << 20, DEFAULT_TTL))
 }
 
-struct Line {
-    r: BufReader<TcpStream>,
-}
-
-impl Line {
-    fn new(addr: SocketAddr, token: &str) -> Self {
-        let s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-        let mut l = Self {
-            r: BufReader::new(s),
-        };
-        let v = l.call(
-            json!({"jsonrpc": "2.0", "method": "rpc.auth", "params": {"token": token}, "id": 0}),
-        );
-        assert!(v["result"]["identity"].is_string(), "{v}");
-        l
-    }
-
-    fn call(&mut self, req: Value) -> Value {
-        let mut line = serde_json::to_vec(&req).unwrap();
-        line.push(b'\n');
-        self.r.get_mut().write_all(&line).unwrap();
-        let mut answer = String::new();
-        self.r.read_line(&mut answer).unwrap();
-        serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{e}: {answer:?}"))
-    }
+/// A TCP connection authenticated with `token`.
+fn authed(addr: SocketAddr, token: &str) -> Line<TcpStream> {
+    let mut l = Line::tcp(addr);
+    let v = l.call(
+        &json!({"jsonrpc": "2.0", "method": "rpc.auth", "params": {"token": token}, "id": 0}),
+    );
+    assert!(v["result"]["identity"].is_string(), "{v}");
+    l
 }
 
 fn req(method: &str, params: Value, id: Value) -> Value {
@@ -97,50 +78,59 @@ fn code(v: &Value) -> i64 {
 #[test]
 fn a_retry_replays_the_first_answer_with_its_own_id() {
     let s = Served::start(engine(5_000), ServerConfig::default());
-    let mut a = Line::new(s.tcp, "t");
-    assert_eq!(a.call(req("incr", json!([5]), json!(7)))["result"], 5);
-    assert_eq!(a.call(req("incr", json!([5]), json!(7)))["result"], 5);
+    let mut a = authed(s.tcp, "t");
+    assert_eq!(a.call(&req("incr", json!([5]), json!(7)))["result"], 5);
+    assert_eq!(a.call(&req("incr", json!([5]), json!(7)))["result"], 5);
     // A retry on a new connection (the first one broke) is the same call.
-    let mut b = Line::new(s.tcp, "t");
-    let v = b.call(req("incr", json!([5]), json!(7)));
+    let mut b = authed(s.tcp, "t");
+    let v = b.call(&req("incr", json!([5]), json!(7)));
     assert_eq!((&v["id"], &v["result"]), (&json!(7), &json!(5)));
-    assert_eq!(b.call(req("get_counter", json!([]), json!(8)))["result"], 5);
+    assert_eq!(
+        b.call(&req("get_counter", json!([]), json!(8)))["result"],
+        5
+    );
     // Other params under the same id: a mistake, refused, nothing runs.
-    let v = b.call(req("incr", json!([6]), json!(7)));
+    let v = b.call(&req("incr", json!([6]), json!(7)));
     assert_eq!(code(&v), -32043, "{v}");
     assert_eq!(v["error"]["data"]["reason"], "fingerprint_mismatch");
-    assert_eq!(b.call(req("get_counter", json!([]), json!(9)))["result"], 5);
+    assert_eq!(
+        b.call(&req("get_counter", json!([]), json!(9)))["result"],
+        5
+    );
     // Another identity's id 7 is another call; ids of every kind are keys.
-    let mut c = Line::new(s.tcp, "o");
-    assert_eq!(c.call(req("incr", json!([1]), json!(7)))["result"], 6);
-    assert_eq!(c.call(req("incr", json!([1]), json!("7")))["result"], 7);
-    assert_eq!(c.call(req("incr", json!([1]), json!("7")))["result"], 7);
+    let mut c = authed(s.tcp, "o");
+    assert_eq!(c.call(&req("incr", json!([1]), json!(7)))["result"], 6);
+    assert_eq!(c.call(&req("incr", json!([1]), json!("7")))["result"], 7);
+    assert_eq!(c.call(&req("incr", json!([1]), json!("7")))["result"], 7);
     // Methods not marked run every time.
-    assert_eq!(c.call(req("get_counter", json!([]), json!(1)))["result"], 7);
+    assert_eq!(
+        c.call(&req("get_counter", json!([]), json!(1)))["result"],
+        7
+    );
     s.stop();
 }
 
 #[test]
 fn refused_calls_are_not_stored() {
     let s = Served::start(engine(5_000), ServerConfig::default());
-    let mut a = Line::new(s.tcp, "t");
-    assert_eq!(code(&a.call(req("incr", json!(["x"]), json!(1)))), -32602);
+    let mut a = authed(s.tcp, "t");
+    assert_eq!(code(&a.call(&req("incr", json!(["x"]), json!(1)))), -32602);
     // The key was freed: the corrected call (other params) is not a mismatch.
-    assert_eq!(a.call(req("incr", json!([2]), json!(1)))["result"], 2);
+    assert_eq!(a.call(&req("incr", json!([2]), json!(1)))["result"], 2);
     // Overflow is -32602 too: not stored, the counter unchanged.
     assert_eq!(
-        code(&a.call(req("incr", json!([i64::MAX]), json!(2)))),
+        code(&a.call(&req("incr", json!([i64::MAX]), json!(2)))),
         -32602
     );
-    assert_eq!(a.call(req("incr", json!([1]), json!(2)))["result"], 3);
+    assert_eq!(a.call(&req("incr", json!([1]), json!(2)))["result"], 3);
     s.stop();
 }
 
 #[test]
 fn a_batch_with_one_id_twice_runs_it_once() {
     let s = Served::start(engine(5_000), ServerConfig::default());
-    let mut a = Line::new(s.tcp, "t");
-    let v = a.call(json!([
+    let mut a = authed(s.tcp, "t");
+    let v = a.call(&json!([
         req("incr", json!([1]), json!(1)),
         req("incr", json!([1]), json!(1)),
         req("incr", json!([1]), json!(2)),
@@ -156,13 +146,13 @@ fn a_batch_with_one_id_twice_runs_it_once() {
 fn timed_out_then_replayed(method: &str, runs: &AtomicUsize) {
     let s = Served::start(engine(100), ServerConfig::default());
     let before = runs.load(Ordering::SeqCst);
-    let mut a = Line::new(s.tcp, "t");
+    let mut a = authed(s.tcp, "t");
     let started = Instant::now();
     // The handler takes 800 ms; the deadline is 100 ms.
-    let v = a.call(req(method, json!([10]), json!(1)));
+    let v = a.call(&req(method, json!([10]), json!(1)));
     assert_eq!(code(&v), -32001, "{v}");
     // Still running: the retry is told to come back, and nothing runs again.
-    let v = a.call(req(method, json!([10]), json!(1)));
+    let v = a.call(&req(method, json!([10]), json!(1)));
     assert_eq!(code(&v), -32042, "{v}");
     assert_eq!(v["error"]["data"]["retryAfterMs"], 100);
     assert!(
@@ -171,8 +161,8 @@ fn timed_out_then_replayed(method: &str, runs: &AtomicUsize) {
     );
     // Once it finished, the retry gets its real outcome, with the retry's id.
     std::thread::sleep(Duration::from_millis(HANDLER_MS + 100));
-    let mut b = Line::new(s.tcp, "t");
-    let v = b.call(req(method, json!([10]), json!(1)));
+    let mut b = authed(s.tcp, "t");
+    let v = b.call(&req(method, json!([10]), json!(1)));
     assert_eq!(v["id"], 1);
     assert!(v["result"].as_u64().is_some_and(|r| r >= 10), "{v}");
     assert_eq!(

@@ -7,8 +7,7 @@
 
 mod util;
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +17,7 @@ use ringrpc::guard::{Guard, Session};
 use ringrpc::{demo, Config, Connection, Engine, Params, Peer, RpcError, ServerConfig, Source};
 use ringrpc::{Scratch, Transport};
 use serde_json::{json, Value};
+use util::line::Line;
 use util::redis::RedisServer;
 use util::server::Served;
 
@@ -196,29 +196,6 @@ fn down_fails_open_when_asked() {
 }
 
 /// A newline-delimited TCP connection, with timeouts so a hang fails the test.
-struct Line {
-    r: BufReader<TcpStream>,
-}
-
-impl Line {
-    fn connect(addr: SocketAddr) -> Self {
-        let s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
-        Self {
-            r: BufReader::new(s),
-        }
-    }
-
-    fn call(&mut self, request: &Value) -> Value {
-        let s = self.r.get_mut();
-        s.write_all(format!("{request}\n").as_bytes()).unwrap();
-        let mut line = String::new();
-        self.r.read_line(&mut line).unwrap();
-        util::check_reply(line.as_bytes()).unwrap_or_else(|e| panic!("{request}: {e}"))
-    }
-}
-
 /// The demo methods plus two de-duplicated methods that take [`RUN`], counting their
 /// runs: `slow_incr` (blocking, on the pool) and `later_incr` (deferred, answered from
 /// a thread of its own, which then stores the answer in Redis).
@@ -269,7 +246,7 @@ fn timed_out_then_replayed(method: &str) {
     let engine = slow_engine(&redis.url(), &runs, &finished);
     // Workers enough for the retry to be claimed while the first call still runs.
     let served = Served::start(engine, ServerConfig::default().workers(4));
-    let mut tcp = Line::connect(served.tcp);
+    let mut tcp = Line::tcp(served.tcp);
     let auth =
         tcp.call(&json!({"jsonrpc":"2.0","method":"rpc.auth","params":{"token":"t"},"id":0}));
     assert!(auth.get("result").is_some(), "{auth}");
@@ -290,7 +267,7 @@ fn timed_out_then_replayed(method: &str) {
 
     // Once the handler is done (and its answer stored, just after), a retry on another
     // connection gets the real result.
-    let mut again = Line::connect(served.tcp);
+    let mut again = Line::tcp(served.tcp);
     again.call(&json!({"jsonrpc":"2.0","method":"rpc.auth","params":{"token":"t"},"id":0}));
     let deadline = Instant::now() + Duration::from_secs(5);
     let replay = loop {

@@ -6,19 +6,15 @@
 
 mod util;
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use ringrpc::guard::Guard;
 use ringrpc::{demo, Config, Engine, ServerConfig};
 use serde_json::{json, Value};
+use util::line::Line;
 use util::server::Served;
-
-const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
 const KEYS: &str = r#"
 [[key]]
@@ -59,43 +55,6 @@ fn keys(extra: &str) -> Guard {
     Guard::new()
         .with_keys_toml(&format!("{KEYS}{extra}"))
         .unwrap()
-}
-
-/// A newline-delimited connection.
-struct Line<S: Read + Write> {
-    r: BufReader<S>,
-}
-
-impl Line<TcpStream> {
-    fn tcp(addr: SocketAddr) -> Self {
-        let s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-        s.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
-        Self {
-            r: BufReader::new(s),
-        }
-    }
-}
-
-impl Line<UnixStream> {
-    fn unix(path: &Path) -> Self {
-        let s = UnixStream::connect(path).unwrap();
-        s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-        Self {
-            r: BufReader::new(s),
-        }
-    }
-}
-
-impl<S: Read + Write> Line<S> {
-    fn call(&mut self, req: Value) -> Value {
-        let mut line = serde_json::to_vec(&req).unwrap();
-        line.push(b'\n');
-        self.r.get_mut().write_all(&line).unwrap();
-        let mut answer = String::new();
-        self.r.read_line(&mut answer).unwrap();
-        serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{e}: {answer:?}"))
-    }
 }
 
 fn req(method: &str, params: Value, id: i64) -> Value {
@@ -207,39 +166,39 @@ fn allow_lists_apply_to_every_batch_element() {
 fn tcp_authenticates_with_rpc_auth_first() {
     let (s, _e) = serve(keys(""));
     let mut c = Line::tcp(s.tcp);
-    let v = c.call(req("ping", json!([]), 1));
+    let v = c.call(&req("ping", json!([]), 1));
     assert_eq!(code(&v), -32040, "{v}");
     assert!(v["error"]["message"].as_str().unwrap().contains("rpc.auth"));
-    let v = c.call(req("rpc.auth", json!({"token": "nope"}), 2));
+    let v = c.call(&req("rpc.auth", json!({"token": "nope"}), 2));
     assert_eq!((code(&v), &v["id"]), (-32040, &json!(2)), "{v}");
     for bad in [json!({"token": 5}), json!({}), json!([])] {
-        let v = c.call(req("rpc.auth", bad, 3));
+        let v = c.call(&req("rpc.auth", bad, 3));
         assert_eq!(code(&v), -32602, "{v}");
     }
-    let v = c.call(req("rpc.auth", json!({"token": "r3ader"}), 4));
+    let v = c.call(&req("rpc.auth", json!({"token": "r3ader"}), 4));
     assert_eq!(
         v,
         json!({"jsonrpc": "2.0", "id": 4, "result": {"identity": "reader"}})
     );
-    assert_eq!(c.call(req("ping", json!([]), 5))["result"], "pong");
-    assert_eq!(code(&c.call(req("echo", json!([1]), 6))), -32041);
+    assert_eq!(c.call(&req("ping", json!([]), 5))["result"], "pong");
+    assert_eq!(code(&c.call(&req("echo", json!([1]), 6))), -32041);
     // The context carries the identity (whoami reports the transport; the identity is
     // in the context the handler gets).
     assert_eq!(
-        c.call(req("whoami", json!([]), 7))["result"]["transport"],
+        c.call(&req("whoami", json!([]), 7))["result"]["transport"],
         "tcp"
     );
     // Authenticating again as someone else switches the identity.
-    let v = c.call(req("rpc.auth", json!({"token": "s3cret-ops"}), 8));
+    let v = c.call(&req("rpc.auth", json!({"token": "s3cret-ops"}), 8));
     assert_eq!(v["result"]["identity"], "ops");
-    assert_eq!(c.call(req("echo", json!([1]), 9))["result"], json!([1]));
+    assert_eq!(c.call(&req("echo", json!([1]), 9))["result"], json!([1]));
     // A failed attempt leaves the connection unauthenticated.
-    let _ = c.call(req("rpc.auth", json!({"token": "bad"}), 10));
-    assert_eq!(code(&c.call(req("ping", json!([]), 11))), -32040);
+    let _ = c.call(&req("rpc.auth", json!({"token": "bad"}), 10));
+    assert_eq!(code(&c.call(&req("ping", json!([]), 11))), -32040);
 
     // Another connection starts unauthenticated.
     let mut d = Line::tcp(s.tcp);
-    assert_eq!(code(&d.call(req("ping", json!([]), 1))), -32040);
+    assert_eq!(code(&d.call(&req("ping", json!([]), 1))), -32040);
 
     // rpc.auth over HTTP is not how HTTP authenticates.
     let (_, _, body) = post(
@@ -259,15 +218,15 @@ fn unix_peers_may_be_allowed_by_uid() {
         "[[peer]]\nuid = {uid}\nname = \"local\"\nallow = [\"ping\", \"get_*\"]\n"
     )));
     let mut c = Line::unix(&s.unix);
-    assert_eq!(c.call(req("ping", json!([]), 1))["result"], "pong");
-    assert_eq!(code(&c.call(req("echo", json!([1]), 2))), -32041);
+    assert_eq!(c.call(&req("ping", json!([]), 1))["result"], "pong");
+    assert_eq!(code(&c.call(&req("echo", json!([1]), 2))), -32041);
     // A token still switches to its key's identity.
-    let v = c.call(req("rpc.auth", json!({"token": "s3cret-ops"}), 3));
+    let v = c.call(&req("rpc.auth", json!({"token": "s3cret-ops"}), 3));
     assert_eq!(v["result"]["identity"], "ops");
-    assert_eq!(c.call(req("echo", json!([1]), 4))["result"], json!([1]));
+    assert_eq!(c.call(&req("echo", json!([1]), 4))["result"], json!([1]));
     // TCP peers have no uid.
     assert_eq!(
-        code(&Line::tcp(s.tcp).call(req("ping", json!([]), 1))),
+        code(&Line::tcp(s.tcp).call(&req("ping", json!([]), 1))),
         -32040
     );
     s.stop();
@@ -277,7 +236,7 @@ fn unix_peers_may_be_allowed_by_uid() {
         "[[peer]]\nuid = 4000000000\nname = \"x\"\nallow = [\"*\"]\n",
     ));
     assert_eq!(
-        code(&Line::unix(&s.unix).call(req("ping", json!([]), 1))),
+        code(&Line::unix(&s.unix).call(&req("ping", json!([]), 1))),
         -32040
     );
     s.stop();
@@ -295,10 +254,10 @@ fn a_reload_changes_rights_without_dropping_connections() {
     let (s, engine) = serve(Guard::new().with_key_file(&path).unwrap());
     let mut c = Line::tcp(s.tcp);
     assert_eq!(
-        c.call(req("rpc.auth", json!({"token": "r3ader"}), 1))["result"]["identity"],
+        c.call(&req("rpc.auth", json!({"token": "r3ader"}), 1))["result"]["identity"],
         "reader"
     );
-    assert_eq!(code(&c.call(req("echo", json!([1]), 2))), -32041);
+    assert_eq!(code(&c.call(&req("echo", json!([1]), 2))), -32041);
 
     // The reader may now call everything; ops is gone.
     std::fs::write(
@@ -307,7 +266,7 @@ fn a_reload_changes_rights_without_dropping_connections() {
     )
     .unwrap();
     engine.guard().unwrap().reload().unwrap();
-    assert_eq!(c.call(req("echo", json!([1]), 3))["result"], json!([1]));
+    assert_eq!(c.call(&req("echo", json!([1]), 3))["result"], json!([1]));
     let (status, _, _) = post(
         s.http,
         &[("Authorization", "Bearer s3cret-ops")],
@@ -322,7 +281,7 @@ fn a_reload_changes_rights_without_dropping_connections() {
     std::fs::write(&path, "[[key]\n").unwrap();
     let e = engine.guard().unwrap().reload().unwrap_err();
     assert!(e.to_string().contains("key file"), "{e}");
-    assert_eq!(c.call(req("echo", json!([2]), 4))["result"], json!([2]));
+    assert_eq!(c.call(&req("echo", json!([2]), 4))["result"], json!([2]));
 
     // The reader's key removed: the open connection is refused from its next call.
     std::fs::write(
@@ -331,7 +290,7 @@ fn a_reload_changes_rights_without_dropping_connections() {
     )
     .unwrap();
     engine.guard().unwrap().reload().unwrap();
-    assert_eq!(code(&c.call(req("ping", json!([]), 5))), -32040);
+    assert_eq!(code(&c.call(&req("ping", json!([]), 5))), -32040);
     s.stop();
     let _ = std::fs::remove_file(&path);
 }
@@ -341,9 +300,9 @@ fn a_batch_is_charged_per_element() {
     // `metered`: 1 call/s, burst 10.
     let (s, _e) = serve(keys(""));
     let mut c = Line::tcp(s.tcp);
-    c.call(req("rpc.auth", json!({"token": "m3tered"}), 0));
+    c.call(&req("rpc.auth", json!({"token": "m3tered"}), 0));
     let batch: Vec<Value> = (1..=100).map(|i| req("ping", json!([]), i)).collect();
-    let v = c.call(Value::Array(batch));
+    let v = c.call(&Value::Array(batch));
     let answers = v.as_array().unwrap();
     assert_eq!(answers.len(), 100);
     let ok = answers.iter().filter(|a| a["result"] == "pong").count();
@@ -373,9 +332,9 @@ fn weights_charge_more_per_call() {
     // `metered` has a burst of 10 and `sum` weighs 5: two sums pass, the third does not.
     let (s, _e) = serve(keys(""));
     let mut c = Line::tcp(s.tcp);
-    c.call(req("rpc.auth", json!({"token": "m3tered"}), 0));
+    c.call(&req("rpc.auth", json!({"token": "m3tered"}), 0));
     let batch: Vec<Value> = (1..=3).map(|i| req("sum", json!([1, 2]), i)).collect();
-    let v = c.call(Value::Array(batch));
+    let v = c.call(&Value::Array(batch));
     let codes: Vec<i64> = v.as_array().unwrap().iter().map(code).collect();
     assert_eq!(codes, [0, 0, -32005], "{v}");
     s.stop();
@@ -386,7 +345,7 @@ fn anonymous_callers_are_limited_per_address() {
     let (s, _e) = serve(Guard::new().with_peer_rate_limit("1:5").unwrap());
     let mut a = Line::tcp(s.tcp);
     let batch: Vec<Value> = (1..=8).map(|i| req("ping", json!([]), i)).collect();
-    let v = a.call(Value::Array(batch.clone()));
+    let v = a.call(&Value::Array(batch.clone()));
     let limited = v
         .as_array()
         .unwrap()
@@ -396,21 +355,18 @@ fn anonymous_callers_are_limited_per_address() {
     assert_eq!(limited, 3, "{v}");
     // Another connection from the same address shares the bucket...
     let mut b = Line::tcp(s.tcp);
-    assert_eq!(code(&b.call(req("ping", json!([]), 1))), -32005);
+    assert_eq!(code(&b.call(&req("ping", json!([]), 1))), -32005);
     // ...another address does not.
     let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     sock.bind(&"127.0.0.2:0".parse::<SocketAddr>().unwrap().into())
         .unwrap();
     sock.connect(&s.tcp.into()).unwrap();
     let stream: TcpStream = sock.into();
-    stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-    let mut c = Line {
-        r: BufReader::new(stream),
-    };
-    assert_eq!(c.call(req("ping", json!([]), 1))["result"], "pong");
+    let mut c = Line::from_tcp(stream);
+    assert_eq!(c.call(&req("ping", json!([]), 1))["result"], "pong");
     // Without keys, rpc.auth is not a method.
     assert_eq!(
-        code(&c.call(req("rpc.auth", json!({"token": "x"}), 2))),
+        code(&c.call(&req("rpc.auth", json!({"token": "x"}), 2))),
         -32601
     );
     s.stop();
@@ -442,12 +398,9 @@ fn a_flood_of_source_addresses_leaves_the_limiter_table_bounded() {
                     sock.bind(&SocketAddr::new(ip.into(), 0).into()).unwrap();
                     sock.connect(&addr.into()).unwrap();
                     let stream: TcpStream = sock.into();
-                    stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-                    let mut c = Line {
-                        r: BufReader::new(stream),
-                    };
+                    let mut c = Line::from_tcp(stream);
                     // Every address's first call passes: its bucket starts full.
-                    if c.call(req("ping", json!([]), 1))["result"] != "pong" {
+                    if c.call(&req("ping", json!([]), 1))["result"] != "pong" {
                         refused += 1;
                     }
                 }
@@ -517,9 +470,9 @@ fn jwt_callers_over_http_and_tcp() {
     // On TCP the token goes to rpc.auth; without `sub` the identity is "jwt".
     let mut c = Line::tcp(s.tcp);
     let anon = jwt(&secret, &json!({"iat": now}));
-    let v = c.call(req("rpc.auth", json!({"token": anon}), 1));
+    let v = c.call(&req("rpc.auth", json!({"token": anon}), 1));
     assert_eq!(v["result"]["identity"], "jwt", "{v}");
-    assert_eq!(c.call(req("echo", json!([1]), 2))["result"], json!([1]));
+    assert_eq!(c.call(&req("echo", json!([1]), 2))["result"], json!([1]));
     s.stop();
     let _ = std::fs::remove_file(&path);
 }

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod http;
+pub mod line;
 pub mod redis;
 pub mod server;
 
