@@ -20,6 +20,7 @@ use crate::dispatch::hooks::{Answered, Hooks};
 use crate::dispatch::registry::{Handler, Registry};
 use crate::dispatch::responder::{Complete, Responder, Tag};
 use crate::error::{ErrorCode, FrameError};
+use crate::guard::rate::Limited;
 use crate::guard::Guard;
 use crate::serializer::batch::BatchWriter;
 use crate::serializer::response::write_error;
@@ -728,7 +729,7 @@ impl Engine {
         };
         let code = denied.code().code();
         if let crate::guard::Denied::Limited(l) = denied {
-            defer.limited(l.retry_after_ns);
+            defer.limited(l);
         }
         defer.outcome(Some(code));
         if let Some(h) = self.hooks.as_deref() {
@@ -829,9 +830,9 @@ pub(crate) trait Deferrals {
     fn outcome(&mut self, code: Option<i32>) {
         let _ = code;
     }
-    /// A call refused by a rate limit, which allows it again in `retry_after_ns`.
-    fn limited(&mut self, retry_after_ns: u64) {
-        let _ = retry_after_ns;
+    /// A call refused by a rate limit (which says when it would pass).
+    fn limited(&mut self, limited: Limited) {
+        let _ = limited;
     }
 }
 

@@ -119,7 +119,6 @@ pub struct Guard {
     required: bool,
     jwt: Option<JwtSecret>,
     peers: Option<PeerLimiter>,
-    peer_rate: Option<Rate>,
     peer_capacity: usize,
 }
 
@@ -150,7 +149,6 @@ impl Guard {
             required: false,
             jwt: None,
             peers: None,
-            peer_rate: None,
             peer_capacity: PEER_TABLE_CAPACITY,
         }
     }
@@ -205,7 +203,6 @@ impl Guard {
     pub fn with_peer_rate_limit(mut self, spec: &str) -> Result<Self, GuardError> {
         let rate = Rate::parse(spec).map_err(|e| GuardError::Rate(e.to_string()))?;
         self.peers = Some(PeerLimiter::new(rate, self.peer_capacity));
-        self.peer_rate = Some(rate);
         Ok(self)
     }
 
@@ -213,8 +210,8 @@ impl Guard {
     /// (default [`PEER_TABLE_CAPACITY`]; it never holds more than twice this).
     pub fn with_peer_table_capacity(mut self, capacity: usize) -> Self {
         self.peer_capacity = capacity.max(1);
-        if let Some(rate) = self.peer_rate {
-            self.peers = Some(PeerLimiter::new(rate, self.peer_capacity));
+        if let Some(old) = &self.peers {
+            self.peers = Some(PeerLimiter::new(old.rate(), self.peer_capacity));
         }
         self
     }
@@ -391,7 +388,7 @@ impl Guard {
             })),
             None => {
                 drop(st);
-                self.charge_peer(source, method)
+                self.charge_peer(source)
             }
         }
     }
@@ -412,23 +409,16 @@ impl Guard {
             };
             return self.admit(&src, method);
         }
-        self.charge_peer(source, method)
+        self.charge_peer(source)
     }
 
-    /// An anonymous call: charged to its peer address, if limited.
-    fn charge_peer(&self, source: &Source<'_>, method: &str) -> Result<(), Denied> {
+    /// An anonymous call: charged to its peer address, if limited. Each call costs 1:
+    /// weights come from a key file, and with one there are no anonymous callers.
+    fn charge_peer(&self, source: &Source<'_>) -> Result<(), Denied> {
         match (&self.peers, source.conn.peer()) {
-            (Some(limiter), Peer::Ip(addr)) => {
-                // Weights come from a key file; without one every call costs 1.
-                let cost = if self.key_file.is_some() || self.required {
-                    self.keys().weight(method)
-                } else {
-                    1
-                };
-                limiter
-                    .charge(addr.ip(), now_ns(), cost)
-                    .map_err(Denied::Limited)
-            }
+            (Some(limiter), Peer::Ip(addr)) => limiter
+                .charge(addr.ip(), now_ns(), 1)
+                .map_err(Denied::Limited),
             _ => Ok(()),
         }
     }

@@ -146,7 +146,7 @@ impl Rate {
 }
 
 /// Refused: how long until this call would be allowed (at least 1 ns).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Limited {
     /// Nanoseconds until the same call would pass, if nothing else is charged meanwhile.
     pub(crate) retry_after_ns: u64,
@@ -284,6 +284,11 @@ pub(crate) struct PeerLimiter {
 }
 
 impl PeerLimiter {
+    /// The limit every address gets.
+    pub(crate) fn rate(&self) -> Rate {
+        self.rate
+    }
+
     /// A limiter giving each address `rate`, remembering about `capacity` addresses
     /// ([`DEFAULT_PEER_CAPACITY`] is a good default) and at most twice that.
     pub(crate) fn new(rate: Rate, capacity: usize) -> Self {

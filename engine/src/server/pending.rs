@@ -38,6 +38,7 @@ use crate::dispatch::hooks::{Answered, Hooks};
 use crate::dispatch::responder::{Complete, Responder, Tag};
 use crate::engine::{Deferrals, Engine, OwnedId, Split};
 use crate::error::ErrorCode;
+use crate::guard::rate::Limited;
 use crate::serializer::batch::BatchWriter;
 use crate::serializer::response::write_error;
 use crate::transport::http::{self, Reply, ServerHeaders};
@@ -219,15 +220,18 @@ pub(crate) struct Sink<'p> {
     answered: u32,
     limited: u32,
     /// The longest wait a rate limit asked of them.
-    retry_after_ns: u64,
+    retry_after: Option<Limited>,
 }
 
 impl Sink<'_> {
     /// If every call of the frame was answered at once and refused by a rate limit:
     /// the longest wait asked (an HTTP request then gets 429 with `Retry-After`).
-    pub(crate) fn all_limited(&self) -> Option<u64> {
-        (self.limited > 0 && self.limited == self.answered && self.elems.is_empty())
-            .then_some(self.retry_after_ns)
+    pub(crate) fn all_limited(&self) -> Option<Limited> {
+        if self.limited > 0 && self.limited == self.answered && self.elems.is_empty() {
+            self.retry_after
+        } else {
+            None
+        }
     }
 
     fn method(&self, method: &str) -> Option<Box<str>> {
@@ -288,8 +292,8 @@ impl Deferrals for Sink<'_> {
         }
     }
 
-    fn limited(&mut self, retry_after_ns: u64) {
-        self.retry_after_ns = self.retry_after_ns.max(retry_after_ns);
+    fn limited(&mut self, limited: Limited) {
+        self.retry_after = self.retry_after.max(Some(limited));
     }
 }
 
@@ -360,7 +364,7 @@ impl Pending {
             hooks: self.hooks.is_some(),
             answered: 0,
             limited: 0,
-            retry_after_ns: 0,
+            retry_after: None,
         }
     }
 

@@ -747,8 +747,7 @@ fn answer(ctx: &mut Ctx, conn: &mut Conn, key: usize, frame: &[u8], http: Option
                 // Every call was refused by a rate limit: say so in the status too.
                 let body = conn.out.split_off(body_at);
                 http::cancel_json_response(&mut conn.out, h);
-                let retry_after_ns = all_limited.unwrap_or_default();
-                let secs = crate::guard::rate::Limited { retry_after_ns }.retry_after_secs();
+                let secs = all_limited.map_or(1, |l| l.retry_after_secs());
                 let secs = itoa::Buffer::new().format(secs).to_owned();
                 let extra = [("Retry-After", secs.as_str())];
                 http::write_json_status(&mut conn.out, 429, reply, &ctx.http, &extra, &body);
