@@ -174,15 +174,6 @@ impl Dedup {
         id: Id<'_>,
         element: Option<u32>,
     ) -> Option<Digest> {
-        let mut num = itoa::Buffer::new();
-        let mut float = ryu::Buffer::new();
-        let (kind, id_bytes): (&[u8], &[u8]) = match id {
-            Id::Null => (b"n", b""),
-            Id::Str(s) => (b"s", s.as_bytes()),
-            Id::Int(i) => (b"i", num.format(i).as_bytes()),
-            Id::UInt(u) => (b"i", num.format(u).as_bytes()),
-            Id::Float(f) => (b"f", float.format(f).as_bytes()),
-        };
         match (idempotency_key, identity) {
             (Some(k), who) => {
                 let at = element.map_or([0xff; 4], u32::to_le_bytes);
@@ -191,7 +182,19 @@ impl Dedup {
                         .digest(&[b"idem", who.unwrap_or_default().as_bytes(), k, &at]),
                 )
             }
-            (None, Some(who)) => Some(self.store.digest(&[b"id", who.as_bytes(), kind, id_bytes])),
+            (None, Some(who)) => {
+                // The id, typed: 1, "1" and 1.0 are different ids.
+                let mut num = itoa::Buffer::new();
+                let mut float = ryu::Buffer::new();
+                let (kind, id_bytes): (&[u8], &[u8]) = match id {
+                    Id::Null => (b"n", b""),
+                    Id::Str(s) => (b"s", s.as_bytes()),
+                    Id::Int(i) => (b"i", num.format(i).as_bytes()),
+                    Id::UInt(u) => (b"i", num.format(u).as_bytes()),
+                    Id::Float(f) => (b"f", float.format(f).as_bytes()),
+                };
+                Some(self.store.digest(&[b"id", who.as_bytes(), kind, id_bytes]))
+            }
             (None, None) => None,
         }
     }
