@@ -102,8 +102,9 @@ impl MemoryStore {
 }
 
 impl Shard {
-    /// Drops entries from the front of the order while `drop` says so. A running
-    /// call's entry is never dropped: it goes to the back, to be looked at again later.
+    /// Drops entries from the front of the order while they have expired or the shard
+    /// is over `max_bytes`. A running call's entry is never dropped: it goes to the
+    /// back, to be looked at again later.
     fn trim(&mut self, now: u64, ttl_ns: u64, max_bytes: usize) {
         let mut looked = 0;
         while let Some(&(key, expires)) = self.order.front() {
