@@ -22,6 +22,7 @@ use crate::dispatch::responder::{Complete, Responder, Tag};
 use crate::error::{ErrorCode, FrameError};
 use crate::guard::rate::Limited;
 use crate::guard::Guard;
+use crate::metrics::{Event, Local, Metrics};
 use crate::serializer::batch::BatchWriter;
 use crate::serializer::response::write_error;
 
@@ -106,6 +107,8 @@ pub struct Engine {
     hooks: Option<Arc<dyn Hooks>>,
     guard: Option<Arc<Guard>>,
     dedup: Option<Dedup>,
+    /// `None` when turned off ([`Engine::without_metrics`]).
+    metrics: Option<Metrics>,
     /// Neither hooks nor a guard: plain calls take the straight path.
     bare: bool,
 }
@@ -124,14 +127,30 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     /// An engine serving `registry` under `config`.
     pub fn new(registry: Registry, config: Config) -> Self {
+        let metrics = Metrics::new(registry.names().to_vec());
         Self {
             registry,
             config,
             hooks: None,
             guard: None,
             dedup: None,
+            metrics: Some(metrics),
             bare: true,
         }
+    }
+
+    /// The engine without metrics: nothing counted or timed (they cost ~15–25 ns per
+    /// call; see docs/PERFORMANCE.md).
+    pub fn without_metrics(mut self) -> Self {
+        self.metrics = None;
+        self
+    }
+
+    /// The engine's metrics, to serve on an endpoint of the host's own
+    /// ([`Metrics::render`]); `None` after [`Engine::without_metrics`]. The server
+    /// serves them at `GET /metrics`.
+    pub fn metrics(&self) -> Option<&Metrics> {
+        self.metrics.as_ref()
     }
 
     /// The engine with `hooks` run around every call (see [`Hooks`]); replaces any set
@@ -248,6 +267,26 @@ impl Engine {
         scratch: &mut Scratch,
         out: &mut Vec<u8>,
     ) -> Outcome {
+        match &self.metrics {
+            Some(m) => {
+                m.with_local(|local| self.wait_for(frame, source, scratch, out, Some(local)))
+            }
+            None => self.wait_for(frame, source, scratch, out, None),
+        }
+    }
+
+    /// [`Engine::handle_from`], counting in `local`.
+    fn wait_for(
+        &self,
+        frame: &[u8],
+        source: &Source<'_>,
+        scratch: &mut Scratch,
+        out: &mut Vec<u8>,
+        local: Option<&Local>,
+    ) -> Outcome {
+        if let Some(l) = local {
+            l.start();
+        }
         // Moved out and back (no reference count touched): most frames never use it.
         let mut wait = Wait {
             waiter: scratch.waiter.take(),
@@ -256,6 +295,8 @@ impl Engine {
             hooks: true,
             code: None,
             dedup: None,
+            local,
+            transport: source.conn.transport(),
         };
         let split = self.parse_and(frame, source, scratch, out, &mut wait);
         scratch.waiter = wait.waiter;
@@ -276,17 +317,26 @@ impl Engine {
         out: &mut Vec<u8>,
         dedup: Option<Digest>,
     ) -> Option<i32> {
-        let mut wait = Wait {
-            waiter: scratch.waiter.take(),
-            config: &self.config,
-            call: None,
-            hooks: false,
-            code: None,
-            dedup,
+        // The server counts the call when its answer arrives; only events count here.
+        let mut run = |local: Option<&Local>| {
+            let mut wait = Wait {
+                waiter: scratch.waiter.take(),
+                config: &self.config,
+                call: None,
+                hooks: false,
+                code: None,
+                dedup,
+                local,
+                transport: source.conn.transport(),
+            };
+            let _ = self.parse_and(frame, source, scratch, out, &mut wait);
+            scratch.waiter = wait.waiter;
+            wait.code
         };
-        let _ = self.parse_and(frame, source, scratch, out, &mut wait);
-        scratch.waiter = wait.waiter;
-        wait.code
+        match &self.metrics {
+            Some(m) => m.with_local(|l| run(Some(l))),
+            None => run(None),
+        }
     }
 
     /// Parses `frame` on the scratch's padded copy and answers it.
@@ -301,6 +351,7 @@ impl Engine {
         let len = frame.len();
         if len > self.config.max_request_bytes {
             let limit = self.config.max_request_bytes;
+            defer.outcome(self.unknown(), Some(crate::error::INVALID_REQUEST));
             return Split::Done(self.write_frame_error(FrameError::TooLarge { limit }, out));
         }
         scratch.input.clear();
@@ -320,6 +371,7 @@ impl Engine {
             }
             Err(e) => {
                 self.parse_error(&e, out);
+                defer.outcome(self.unknown(), Some(crate::error::PARSE_ERROR));
                 Split::Done(Outcome::Reply)
             }
         };
@@ -436,6 +488,7 @@ impl Engine {
         let max = self.config.max_response_bytes;
         match nodes.first() {
             Some(Node::Array { len: 0, .. }) => {
+                defer.outcome(self.unknown(), Some(crate::error::INVALID_REQUEST));
                 write_error(
                     out,
                     Id::Null,
@@ -445,6 +498,8 @@ impl Engine {
                 Split::Done(Outcome::Reply)
             }
             Some(&Node::Array { len, .. }) if len > self.config.max_batch_len => {
+                defer.batch(len);
+                defer.outcome(self.unknown(), Some(crate::error::INVALID_REQUEST));
                 write_error(
                     out,
                     Id::Null,
@@ -456,7 +511,8 @@ impl Engine {
                 );
                 Split::Done(Outcome::Reply)
             }
-            Some(Node::Array { .. }) => {
+            Some(&Node::Array { len, .. }) => {
+                defer.batch(len);
                 let mut batch = BatchWriter::begin(out, max);
                 let mut later = 0;
                 for (i, elem) in elements(nodes).enumerate() {
@@ -505,6 +561,7 @@ impl Engine {
         let req = match validate(nodes, raw) {
             Ok(req) => req,
             Err(invalid) => {
+                defer.outcome(self.unknown(), Some(crate::error::INVALID_REQUEST));
                 write_error(
                     out,
                     invalid.id,
@@ -521,7 +578,7 @@ impl Engine {
         let plain = entry.is_none_or(crate::dispatch::registry::Entry::is_plain);
         if plain && self.bare {
             let d = crate::dispatch::dispatch_plain(entry, req, out, limit, max);
-            defer.outcome(d.code);
+            defer.outcome(self.metric(entry), d.code);
             return if d.wrote {
                 Answer::Wrote
             } else {
@@ -550,8 +607,9 @@ impl Engine {
         let max = self.config.max_response_bytes;
         // The server's pool jobs were checked where they were read.
         let checks = defer.hooks();
+        let metric = self.metric(entry);
         if let (Some(g), true) = (&self.guard, checks) {
-            if let Err(denied) = self.guard_call(g, &req, source, out, defer) {
+            if let Err(denied) = self.guard_call(g, &req, metric, source, out, defer) {
                 return denied;
             }
         }
@@ -586,7 +644,7 @@ impl Engine {
                 if let Some(id) = req.id {
                     crate::serializer::response::write_rpc_error(out, id, &e);
                 }
-                defer.outcome(code);
+                defer.outcome(metric, code);
                 self.after(h, req.method, code, req.id.is_none(), started);
                 return if req.id.is_some() {
                     Answer::Wrote
@@ -597,7 +655,7 @@ impl Engine {
         }
         if let Some((true, _)) = kind {
             if let Some(range) = raw.container_range(nodes) {
-                if defer.blocking(range, req.id, req.method, key) {
+                if defer.blocking(range, req.id, req.method, metric, key) {
                     return Answer::Later;
                 }
             }
@@ -611,10 +669,13 @@ impl Engine {
                     Claim::Bypass => None,
                     claim => {
                         let code = match claim {
-                            Claim::Replayed(code) => code,
+                            Claim::Replayed(code) => {
+                                defer.event(Event::DedupReplay);
+                                code
+                            }
                             refused => Some(crate::dedup::write_refusal(out, id, refused)),
                         };
-                        defer.outcome(code);
+                        defer.outcome(metric, code);
                         if let Some(h) = hooks {
                             self.after(h, req.method, code, false, started);
                         }
@@ -627,7 +688,7 @@ impl Engine {
         if let Some((_, Handler::Deferred(f))) = kind {
             let responder = match (req.id, hooks) {
                 (Some(id), _) => {
-                    let mut r = defer.responder(id, req.method);
+                    let mut r = defer.responder(id, req.method, metric);
                     if let Some((d, key, fp)) = ticket {
                         r.set_ticket(Ticket {
                             store: Arc::clone(&d.store),
@@ -655,6 +716,7 @@ impl Engine {
                 None => Answer::Nothing,
                 Some(_) => match defer.answered(out) {
                     Some(code) => {
+                        defer.outcome(metric, code);
                         if let Some(h) = hooks {
                             self.after(h, req.method, code, false, started);
                         }
@@ -669,7 +731,7 @@ impl Engine {
         if let Some((dd, key, fp)) = ticket {
             crate::dedup::settle(&*dd.store, &key, &fp, &out[mark..], d.code);
         }
-        defer.outcome(d.code);
+        defer.outcome(metric, d.code);
         if let Some(h) = hooks {
             self.after(h, req.method, d.code, req.id.is_none(), started);
         }
@@ -677,6 +739,21 @@ impl Engine {
             Answer::Wrote
         } else {
             Answer::Nothing
+        }
+    }
+
+    /// The metric index of calls to no registered method.
+    #[inline(always)]
+    fn unknown(&self) -> u32 {
+        Metrics::unknown(self.registry.len())
+    }
+
+    /// The metric index of calls to `entry` (`None`: not found).
+    #[inline(always)]
+    fn metric(&self, entry: Option<&crate::dispatch::registry::Entry>) -> u32 {
+        match entry {
+            Some(e) => e.metric,
+            None => self.unknown(),
         }
     }
 
@@ -703,6 +780,7 @@ impl Engine {
         &self,
         g: &Guard,
         req: &crate::codec::request::Request<'_>,
+        metric: u32,
         source: &Source<'_>,
         out: &mut Vec<u8>,
         defer: &mut dyn Deferrals,
@@ -712,7 +790,7 @@ impl Engine {
             let mark = out.len();
             match g.rpc_auth(source, &req.params, id, out) {
                 Ok(()) => {
-                    defer.outcome(None);
+                    defer.outcome(metric, None);
                     if req.id.is_none() {
                         out.truncate(mark);
                         return Err(Answer::Nothing);
@@ -728,10 +806,15 @@ impl Engine {
             return Ok(());
         };
         let code = denied.code().code();
-        if let crate::guard::Denied::Limited(l) = denied {
-            defer.limited(l);
+        match denied {
+            crate::guard::Denied::Limited(l) => {
+                defer.limited(l);
+                defer.event(Event::RateLimited);
+            }
+            crate::guard::Denied::Unauthenticated(_) => defer.event(Event::AuthFailure),
+            _ => {}
         }
-        defer.outcome(Some(code));
+        defer.outcome(metric, Some(code));
         if let Some(h) = self.hooks.as_deref() {
             self.after(h, req.method, Some(code), req.id.is_none(), None);
         }
@@ -801,6 +884,7 @@ pub(crate) trait Deferrals {
         range: Range<usize>,
         id: Option<Id<'_>>,
         method: &str,
+        metric: u32,
         dedup: Option<Digest>,
     ) -> bool;
     /// Whether calls may block here (the caller's own thread, a pool worker) rather than
@@ -813,8 +897,9 @@ pub(crate) trait Deferrals {
     fn dedup_key(&self) -> Option<Digest> {
         None
     }
-    /// A responder for a call (not a notification) to `method`, a deferred method.
-    fn responder(&mut self, id: Id<'_>, method: &str) -> Responder;
+    /// A responder for a call (not a notification) to `method` (metric index
+    /// `metric`), a deferred method.
+    fn responder(&mut self, id: Id<'_>, method: &str, metric: u32) -> Responder;
     /// The deadline of calls answered later in this frame.
     fn deadline(&mut self) -> Option<Instant>;
     /// After a deferred method's handler returned: `Some(error code)` if its answer
@@ -826,10 +911,14 @@ pub(crate) trait Deferrals {
     fn hooks(&self) -> bool {
         true
     }
-    /// The error code (`None`: a result) of a call the engine answered itself.
-    fn outcome(&mut self, code: Option<i32>) {
-        let _ = code;
-    }
+    /// The error code (`None`: a result) of a call to the method of metric index
+    /// `metric` the engine answered itself (every call, batch element, and frame
+    /// answered with an error as a whole).
+    fn outcome(&mut self, metric: u32, code: Option<i32>);
+    /// A batch of `len` elements.
+    fn batch(&mut self, len: usize);
+    /// An event to count.
+    fn event(&mut self, e: Event);
     /// A call refused by a rate limit (which says when it would pass).
     fn limited(&mut self, limited: Limited) {
         let _ = limited;
@@ -850,6 +939,9 @@ struct Wait<'e> {
     code: Option<i32>,
     /// A pool job's de-duplication key.
     dedup: Option<Digest>,
+    /// Where to count, if metrics are on.
+    local: Option<&'e Local>,
+    transport: crate::dispatch::context::Transport,
 }
 
 impl Deferrals for Wait<'_> {
@@ -858,6 +950,7 @@ impl Deferrals for Wait<'_> {
         _range: Range<usize>,
         _id: Option<Id<'_>>,
         _method: &str,
+        _metric: u32,
         _dedup: Option<Digest>,
     ) -> bool {
         false
@@ -875,11 +968,28 @@ impl Deferrals for Wait<'_> {
         self.hooks
     }
 
-    fn outcome(&mut self, code: Option<i32>) {
+    #[inline]
+    fn outcome(&mut self, metric: u32, code: Option<i32>) {
         self.code = code;
+        // A pool job's call is counted by the server when its answer arrives.
+        if let (Some(l), true) = (self.local, self.hooks) {
+            l.call(metric, self.transport, code);
+        }
     }
 
-    fn responder(&mut self, id: Id<'_>, _method: &str) -> Responder {
+    fn batch(&mut self, len: usize) {
+        if let Some(l) = self.local {
+            l.batch(len);
+        }
+    }
+
+    fn event(&mut self, e: Event) {
+        if let Some(l) = self.local {
+            l.event(e);
+        }
+    }
+
+    fn responder(&mut self, id: Id<'_>, _method: &str, _metric: u32) -> Responder {
         let waiter = Arc::clone(self.waiter.get_or_insert_with(Default::default));
         let seq = waiter.expect_next();
         let deadline = self.deadline();
@@ -909,6 +1019,7 @@ impl Deferrals for Wait<'_> {
         match waiter.wait(seq, deadline, out) {
             Some(code) => Some(code),
             None => {
+                self.event(Event::DeadlineExceeded);
                 let ms = self.config.request_timeout.unwrap_or_default().as_millis();
                 write_error(
                     out,

@@ -110,6 +110,7 @@ mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod guard;
+pub mod metrics;
 mod serializer;
 pub mod server;
 mod transport;

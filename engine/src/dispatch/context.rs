@@ -43,6 +43,18 @@ impl Transport {
             Self::Embedded => "embedded",
         }
     }
+
+    /// Its position in the metrics' per-transport arrays.
+    #[inline(always)]
+    pub(crate) fn index(self) -> usize {
+        match self {
+            Self::Tcp => 0,
+            Self::Unix => 1,
+            Self::Http => 2,
+            Self::Stdio => 3,
+            Self::Embedded => 4,
+        }
+    }
 }
 
 /// The other end of a connection.

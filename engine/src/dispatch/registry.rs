@@ -37,6 +37,8 @@ pub(crate) struct Entry {
     pub(crate) blocking: bool,
     /// Retried calls are de-duplicated (with a store set on the engine).
     pub(crate) dedup: bool,
+    /// Its index among the metrics' method labels (set when frozen).
+    pub(crate) metric: u32,
 }
 
 impl Entry {
@@ -45,6 +47,7 @@ impl Entry {
             handler,
             blocking: false,
             dedup: false,
+            metric: 0,
         }
     }
 
@@ -252,9 +255,22 @@ impl RegistryBuilder {
 
     /// Freezes the methods into an immutable [`Registry`].
     pub fn freeze(self) -> Registry {
+        let (mut methods, mut fallback) = (self.methods, self.fallback);
+        // Metric indices in name order: a scrape lists methods alphabetically.
+        let mut names: Vec<Box<str>> = methods.keys().cloned().collect();
+        names.sort_unstable();
+        for (i, name) in names.iter().enumerate() {
+            if let Some(e) = methods.get_mut(name) {
+                e.metric = u32::try_from(i).unwrap_or(u32::MAX);
+            }
+        }
+        if let Some(f) = &mut fallback {
+            f.metric = crate::metrics::Metrics::fallback(names.len());
+        }
         Registry {
-            methods: self.methods,
-            fallback: self.fallback,
+            methods,
+            fallback,
+            names,
         }
     }
 }
@@ -264,6 +280,8 @@ impl RegistryBuilder {
 pub struct Registry {
     methods: FxHashMap<Box<str>, Entry>,
     fallback: Option<Entry>,
+    /// The method names in metric-index order.
+    names: Vec<Box<str>>,
 }
 
 impl Registry {
@@ -276,6 +294,11 @@ impl Registry {
     #[inline]
     pub(crate) fn get(&self, name: &str) -> Option<&Entry> {
         self.methods.get(name).or(self.fallback.as_ref())
+    }
+
+    /// The method names in metric-index order.
+    pub(crate) fn names(&self) -> &[Box<str>] {
+        &self.names
     }
 
     /// Whether `name` is registered and marked for de-duplication.

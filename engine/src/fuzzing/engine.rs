@@ -247,13 +247,14 @@ impl Deferrals for Collect {
         range: Range<usize>,
         id: Option<Id<'_>>,
         _method: &str,
+        _metric: u32,
         _dedup: Option<crate::dedup::Digest>,
     ) -> bool {
         self.0.push((range, id.map(OwnedId::from)));
         true
     }
 
-    fn responder(&mut self, _id: Id<'_>, _method: &str) -> Responder {
+    fn responder(&mut self, _id: Id<'_>, _method: &str, _metric: u32) -> Responder {
         // The fuzzed engines register no deferred method.
         Responder::detached()
     }
@@ -265,6 +266,12 @@ impl Deferrals for Collect {
     fn answered(&mut self, _out: &mut Vec<u8>) -> Option<Option<i32>> {
         None
     }
+
+    fn outcome(&mut self, _metric: u32, _code: Option<i32>) {}
+
+    fn batch(&mut self, _len: usize) {}
+
+    fn event(&mut self, _e: crate::metrics::Event) {}
 }
 
 fn owned_id(id: &OwnedId) -> Json {

@@ -42,6 +42,10 @@ pub fn check_http(data: &[u8]) {
                 );
                 closed = !reply.keep_alive;
             }
+            Ev::Metrics(reply, _) => {
+                assert!(limits.metrics, "metrics answered where they are not served");
+                closed = !reply.keep_alive;
+            }
             Ev::Continue => {
                 assert!(!continued, "two 100-continue for one request: {whole:?}");
                 continued = true;
@@ -64,6 +68,7 @@ pub fn check_http(data: &[u8]) {
 enum Ev {
     Rpc(Vec<u8>, Reply, Option<String>),
     Health(Reply, bool),
+    Metrics(Reply, bool),
     Preflight(Reply),
     Continue,
     Reject(
@@ -86,6 +91,8 @@ fn http_limits(sel: u8) -> HttpLimits {
                 max_body_bytes,
                 max_headers,
                 cors: Cors::new(&cors).unwrap_or_default(),
+                rpc: true,
+                metrics: max_headers > 4,
             }
         };
     match sel % 4 {
@@ -117,6 +124,7 @@ fn feed_http<'p>(limits: &HttpLimits, pieces: impl IntoIterator<Item = &'p [u8]>
                     trace_id.map(|t| t.as_str().to_owned()),
                 ),
                 HttpEvent::Health { reply, head } => Ev::Health(reply, head),
+                HttpEvent::Metrics { reply, head } => Ev::Metrics(reply, head),
                 HttpEvent::Preflight { reply } => Ev::Preflight(reply),
                 HttpEvent::Continue => Ev::Continue,
                 HttpEvent::Reject {

@@ -103,6 +103,8 @@ pub(crate) struct Conn {
     pub(crate) out: Vec<u8>,
     /// Bytes of `out` already written to the socket.
     pub(crate) written: usize,
+    /// Bytes written since the metrics last took the count.
+    sent: usize,
     /// Answers owed after everything in `out`, in request order.
     pub(crate) slots: VecDeque<Slot>,
     pub(crate) next_slot: u64,
@@ -143,6 +145,7 @@ impl Conn {
             rbuf: BytesMut::new(),
             out: Vec::new(),
             written: 0,
+            sent: 0,
             slots: VecDeque::new(),
             next_slot: 0,
             last_active: Instant::now(),
@@ -154,6 +157,11 @@ impl Conn {
             held: false,
             _open: open,
         }
+    }
+
+    /// The bytes written since the last call (for the metrics).
+    pub(crate) fn take_sent(&mut self) -> usize {
+        std::mem::take(&mut self.sent)
     }
 
     /// Output held for the peer, in bytes: unsent bytes plus answers waiting behind a
@@ -193,7 +201,10 @@ impl Conn {
                     self.broken = true;
                     return;
                 }
-                Ok(n) => self.written += n,
+                Ok(n) => {
+                    self.written += n;
+                    self.sent += n;
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {

@@ -59,6 +59,8 @@ pub(crate) enum Proto {
     Line,
     /// HTTP/1.1.
     Http,
+    /// HTTP/1.1 serving only `GET /metrics` (and `/health`).
+    Metrics,
 }
 
 /// A bound listening socket.
@@ -177,6 +179,28 @@ impl Server {
         let l = self.bind(addr)?;
         let a = l.local_addr()?;
         self.listeners.push(Listener::Tcp(l, Proto::Http));
+        Ok(a)
+    }
+
+    /// Serves the engine's metrics (`GET /metrics`, Prometheus text format) and the
+    /// health check over HTTP on a TCP address of their own, without JSON-RPC: for
+    /// scraping when HTTP is off or faces elsewhere. The HTTP listeners serve
+    /// `GET /metrics` too. Returns the bound address.
+    ///
+    /// # Errors
+    ///
+    /// If the address cannot be bound, or the engine's metrics are off
+    /// ([`Engine::without_metrics`](crate::Engine::without_metrics)).
+    pub fn listen_metrics(&mut self, addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
+        if self.engine.metrics().is_none() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the engine's metrics are off",
+            ));
+        }
+        let l = self.bind(addr)?;
+        let a = l.local_addr()?;
+        self.listeners.push(Listener::Tcp(l, Proto::Metrics));
         Ok(a)
     }
 

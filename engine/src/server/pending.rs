@@ -33,12 +33,13 @@ use super::pool::{Job, Pool};
 use crate::codec::Id;
 use crate::config::ServerConfig;
 use crate::dedup::Digest;
-use crate::dispatch::context::Connection;
+use crate::dispatch::context::{Connection, Transport};
 use crate::dispatch::hooks::{Answered, Hooks};
 use crate::dispatch::responder::{Complete, Responder, Tag};
 use crate::engine::{Deferrals, Engine, OwnedId, Split};
 use crate::error::ErrorCode;
 use crate::guard::rate::Limited;
+use crate::metrics::{Event, Inflight, Local};
 use crate::serializer::batch::BatchWriter;
 use crate::serializer::response::write_error;
 use crate::transport::http::{self, Reply, ServerHeaders};
@@ -143,6 +144,8 @@ pub(crate) struct Elem {
     pub(crate) state: ElemState,
     /// The method, kept for the after hook (only when hooks are set).
     method: Option<Box<str>>,
+    /// The method's metric index.
+    metric: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -176,6 +179,8 @@ pub(crate) struct Slot {
     started: Instant,
     /// The connection, for pool jobs' contexts.
     conn: Connection,
+    /// Its elements still in flight, for the metrics (given up if the slot is dropped).
+    inflight: Option<Inflight>,
 }
 
 impl Slot {
@@ -193,6 +198,7 @@ impl Slot {
             on_pool: 0,
             started: Instant::now(),
             conn: Connection::EMBEDDED,
+            inflight: None,
         }
     }
 
@@ -221,6 +227,9 @@ pub(crate) struct Sink<'p> {
     limited: u32,
     /// The longest wait a rate limit asked of them.
     retry_after: Option<Limited>,
+    /// Where to count, if metrics are on.
+    local: Option<&'p Local>,
+    transport: Transport,
 }
 
 impl Sink<'_> {
@@ -245,6 +254,7 @@ impl Deferrals for Sink<'_> {
         range: Range<usize>,
         id: Option<Id<'_>>,
         method: &str,
+        metric: u32,
         dedup: Option<Digest>,
     ) -> bool {
         let method = self.method(method);
@@ -253,11 +263,12 @@ impl Deferrals for Sink<'_> {
             id: id.map(OwnedId::from),
             state: ElemState::Queued,
             method,
+            metric,
         });
         true
     }
 
-    fn responder(&mut self, id: Id<'_>, method: &str) -> Responder {
+    fn responder(&mut self, id: Id<'_>, method: &str, metric: u32) -> Responder {
         let element = u32::try_from(self.elems.len()).unwrap_or(u32::MAX);
         let method = self.method(method);
         self.elems.push(Elem {
@@ -265,6 +276,7 @@ impl Deferrals for Sink<'_> {
             id: Some(OwnedId::from(id)),
             state: ElemState::Running,
             method,
+            metric,
         });
         let tag = Tag {
             element,
@@ -285,10 +297,26 @@ impl Deferrals for Sink<'_> {
         None
     }
 
-    fn outcome(&mut self, code: Option<i32>) {
+    #[inline]
+    fn outcome(&mut self, metric: u32, code: Option<i32>) {
         self.answered += 1;
         if code == Some(crate::error::LIMIT_EXCEEDED) {
             self.limited += 1;
+        }
+        if let Some(l) = self.local {
+            l.call(metric, self.transport, code);
+        }
+    }
+
+    fn batch(&mut self, len: usize) {
+        if let Some(l) = self.local {
+            l.batch(len);
+        }
+    }
+
+    fn event(&mut self, e: Event) {
+        if let Some(l) = self.local {
+            l.event(e);
         }
     }
 
@@ -311,6 +339,8 @@ pub(crate) struct Pending {
     batch_concurrency: usize,
     max_response_bytes: usize,
     hooks: Option<Arc<dyn Hooks>>,
+    /// This reactor's metrics shard, if metrics are on.
+    local: Option<Local>,
 }
 
 /// What [`Pending::complete`] found for a completion.
@@ -342,13 +372,28 @@ impl Pending {
             batch_concurrency: settings.batch_concurrency,
             max_response_bytes: config.max_response_bytes,
             hooks: engine.hooks().cloned(),
+            local: engine.metrics().map(crate::metrics::Metrics::claim),
         }
+    }
+
+    /// This reactor's metrics shard, if metrics are on.
+    pub(crate) fn metrics(&self) -> Option<&Local> {
+        self.local.as_ref()
     }
 
     /// The sink for a frame of connection `conn` that will get slot `slot` if anything
     /// is left for later.
-    pub(crate) fn sink(&mut self, conn: usize, generation: u64, slot: u64) -> Sink<'_> {
+    pub(crate) fn sink(
+        &mut self,
+        conn: usize,
+        generation: u64,
+        slot: u64,
+        transport: Transport,
+    ) -> Sink<'_> {
         self.elems.clear();
+        if let Some(l) = &self.local {
+            l.start();
+        }
         Sink {
             elems: &mut self.elems,
             reply_to: &self.reply_to,
@@ -365,6 +410,8 @@ impl Pending {
             answered: 0,
             limited: 0,
             retry_after: None,
+            local: self.local.as_ref(),
+            transport,
         }
     }
 
@@ -410,6 +457,7 @@ impl Pending {
             on_pool: 0,
             started: Instant::now(),
             conn: *info,
+            inflight: self.local.as_ref().map(|l| l.inflight(remaining)),
         };
         self.submit(&mut slot, conn, generation);
         if slot.remaining == 0 {
@@ -570,6 +618,9 @@ impl Pending {
                 continue;
             }
             slot.elems[i].state = ElemState::Done;
+            if let Some(l) = &self.local {
+                l.event(Event::DeadlineExceeded);
+            }
             self.after(slot, i, Some(ErrorCode::RequestTimeout.code()));
             let Some(id) = slot.elems[i].id.clone() else {
                 continue;
@@ -591,7 +642,18 @@ impl Pending {
 
 impl Pending {
     /// Runs the after hook for element `i` of `slot`, answered with `code`.
-    fn after(&self, slot: &Slot, i: usize, code: Option<i32>) {
+    fn after(&self, slot: &mut Slot, i: usize, code: Option<i32>) {
+        if let Some(f) = &mut slot.inflight {
+            f.done();
+        }
+        if let (Some(l), Some(e)) = (&self.local, slot.elems.get(i)) {
+            l.call_took(
+                e.metric,
+                slot.conn.transport(),
+                code,
+                slot.started.elapsed(),
+            );
+        }
         let (Some(hooks), Some(e)) = (&self.hooks, slot.elems.get(i)) else {
             return;
         };

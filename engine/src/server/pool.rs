@@ -81,6 +81,11 @@ impl Pool {
         }
     }
 
+    /// Jobs waiting for a worker.
+    pub(crate) fn queued(&self) -> usize {
+        self.tx.as_ref().map_or(0, Sender::len)
+    }
+
     /// Drops the queued jobs, lets the running ones finish, and joins the workers.
     pub(crate) fn shutdown(mut self) {
         self.stopping.store(true, Ordering::SeqCst);

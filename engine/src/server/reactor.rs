@@ -91,6 +91,11 @@ pub(super) fn run(server: Server) -> io::Result<()> {
         settings.workers,
         settings.queue_capacity,
     )?);
+    if let Some(m) = engine.metrics() {
+        // Reported while the server runs; a stopped server's pool reports nothing.
+        let weak = Arc::downgrade(&pool);
+        m.add_queue(move || weak.upgrade().map(|p| p.queued()));
+    }
     let open = Arc::new(AtomicUsize::new(0));
     // Further reactors: their own poll and their own TCP listeners bound beside the
     // first ones (SO_REUSEPORT).
@@ -262,7 +267,7 @@ fn serve(parts: Parts) -> io::Result<()> {
                             again_next.push((key, conn.generation));
                         }
                         if conn.finished() {
-                            close(&poll, &mut conns, key);
+                            close(&ctx, &poll, &mut conns, key);
                         }
                     }
                 }
@@ -284,7 +289,7 @@ fn serve(parts: Parts) -> io::Result<()> {
                         again_next.push((key, generation));
                     }
                     if conn.finished() {
-                        close(&poll, &mut conns, key);
+                        close(&ctx, &poll, &mut conns, key);
                     }
                 }
             }
@@ -310,11 +315,11 @@ fn serve(parts: Parts) -> io::Result<()> {
                 .collect();
             for k in lingering {
                 if conns.get_mut(k).is_some_and(|c| c.finished()) {
-                    close(&poll, &mut conns, k);
+                    close(&ctx, &poll, &mut conns, k);
                 }
             }
             if let Some(limit) = ctx.settings.request_read_timeout {
-                slow_senders(&mut conns, &poll, limit, &ctx.http);
+                slow_senders(&ctx, &mut conns, &poll, limit);
             }
             if let Some(idle) = ctx.settings.idle_timeout {
                 let stale: Vec<usize> = conns
@@ -323,7 +328,7 @@ fn serve(parts: Parts) -> io::Result<()> {
                     .map(|(k, _)| k)
                     .collect();
                 for k in stale {
-                    close(&poll, &mut conns, k);
+                    close(&ctx, &poll, &mut conns, k);
                 }
             }
         }
@@ -354,7 +359,7 @@ fn serve(parts: Parts) -> io::Result<()> {
                         close_after_last(c);
                     }
                     if c.finished() {
-                        close(&poll, &mut conns, k);
+                        close(&ctx, &poll, &mut conns, k);
                     }
                 }
             }
@@ -374,6 +379,13 @@ fn serve(parts: Parts) -> io::Result<()> {
     for l in &listeners {
         if let Listener::Unix(_, path) = l {
             let _ = std::fs::remove_file(path);
+        }
+    }
+    for (_, c) in conns.iter_mut() {
+        if let Some(m) = ctx.pending.metrics() {
+            let t = c.info.transport();
+            m.connections(t, -1);
+            m.sent(t, c.take_sent());
         }
     }
     drop(conns);
@@ -402,12 +414,7 @@ fn close_after_last(conn: &mut Conn) {
 
 /// Closes connections whose current request has been arriving for longer than `limit`
 /// (HTTP: after a `408 Request Timeout`). Answers already owed are still written first.
-fn slow_senders(
-    conns: &mut Slab<Conn>,
-    poll: &mio::Poll,
-    limit: Duration,
-    headers: &ServerHeaders,
-) {
+fn slow_senders(ctx: &Ctx, conns: &mut Slab<Conn>, poll: &mio::Poll, limit: Duration) {
     let slow: Vec<usize> = conns
         .iter()
         .filter(|(_, c)| c.partial_since.is_some_and(|t| t.elapsed() > limit))
@@ -422,12 +429,12 @@ fn slow_senders(
         conn.rbuf = BytesMut::new();
         if matches!(conn.decoder, Decoder::Http(_)) {
             let mark = conn.out.len();
-            http::write_status(&mut conn.out, 408, Reply::plain(false), headers, false);
+            http::write_status(&mut conn.out, 408, Reply::plain(false), &ctx.http, false);
             queue_if_behind(conn, mark);
         }
         conn.flush();
         if conn.finished() {
-            close(poll, conns, key);
+            close(ctx, poll, conns, key);
         }
     }
 }
@@ -444,9 +451,14 @@ fn next_timeout(ctx: &Ctx, stopping: bool) -> Duration {
     }
 }
 
-fn close(poll: &mio::Poll, conns: &mut Slab<Conn>, key: usize) {
+fn close(ctx: &Ctx, poll: &mio::Poll, conns: &mut Slab<Conn>, key: usize) {
     if let Some(mut c) = conns.try_remove(key) {
         let _ = poll.registry().deregister(c.stream.source());
+        if let Some(m) = ctx.pending.metrics() {
+            let t = c.info.transport();
+            m.connections(t, -1);
+            m.sent(t, c.take_sent());
+        }
     }
 }
 
@@ -467,16 +479,17 @@ fn accept(
                     let _ = s.set_nodelay(true);
                     let (d, transport) = match proto {
                         Proto::Line => (Decoder::Line(ctx.engine.decoder()), Transport::Tcp),
-                        Proto::Http => (
-                            Decoder::Http(Box::new(http::HttpDecoder::new(
-                                http::HttpLimits::from_config(
-                                    ctx.engine.config(),
-                                    settings,
-                                    ctx.cors.clone(),
-                                ),
-                            ))),
-                            Transport::Http,
-                        ),
+                        Proto::Http | Proto::Metrics => {
+                            let mut limits = http::HttpLimits::from_config(
+                                ctx.engine.config(),
+                                settings,
+                                ctx.cors.clone(),
+                            );
+                            limits.metrics = ctx.engine.metrics().is_some();
+                            limits.rpc = *proto == Proto::Http;
+                            let d = http::HttpDecoder::new(limits);
+                            (Decoder::Http(Box::new(d)), Transport::Http)
+                        }
                     };
                     (Stream::Tcp(s), d, transport, Peer::Ip(addr))
                 }
@@ -514,6 +527,9 @@ fn accept(
             NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed),
         );
         let mut conn = Conn::new(info, stream, decoder, *generation, guard);
+        if let Some(m) = ctx.pending.metrics() {
+            m.connections(transport, 1);
+        }
         let registered = poll.registry().register(
             conn.stream.source(),
             Token(CONN0 + key),
@@ -579,8 +595,11 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
                 conn.read_closed = true;
                 conn.peer_eof = true;
             }
-            Ok(_) => {
+            Ok(n) => {
                 reads += 1;
+                if let Some(m) = ctx.pending.metrics() {
+                    m.received(conn.info.transport(), n);
+                }
                 conn.last_active = Instant::now();
                 // Answers accumulate and leave in one write below: fewer, larger
                 // segments for both ends.
@@ -605,6 +624,9 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
     }
     conn.track_partial(conn.last_active);
     conn.flush();
+    if let Some(m) = ctx.pending.metrics() {
+        m.sent(conn.info.transport(), conn.take_sent());
+    }
     // Not read dry, and free to read again now that the output went out (or the read
     // budget ran out), or held requests that may now be answered: revisit it, since no
     // new edge may come. If the output is still over the mark, the flush hit a full
@@ -636,6 +658,15 @@ fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<usize>)
                 Ok(None) => return,
                 Err(e) => {
                     let mark = conn.out.len();
+                    if let Some(m) = ctx.pending.metrics() {
+                        m.start();
+                        let unknown = crate::metrics::Metrics::unknown(ctx.engine.registry().len());
+                        m.call(
+                            unknown,
+                            conn.info.transport(),
+                            Some(crate::error::INVALID_REQUEST),
+                        );
+                    }
                     let _ = ctx.engine.write_frame_error(e, &mut conn.out);
                     conn.out.push(b'\n');
                     queue_if_behind(conn, mark);
@@ -655,6 +686,15 @@ fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<usize>)
                     }
                     let mark = conn.out.len();
                     http::write_health(&mut conn.out, reply, &ctx.http, head);
+                    queue_if_behind(conn, mark);
+                }
+                Some(HttpEvent::Metrics { reply, head }) => {
+                    if !reply.keep_alive {
+                        conn.read_closed = true;
+                    }
+                    let text = ctx.engine.metrics().map(|m| m.render()).unwrap_or_default();
+                    let mark = conn.out.len();
+                    http::write_metrics(&mut conn.out, reply, &ctx.http, head, text.as_bytes());
                     queue_if_behind(conn, mark);
                 }
                 Some(HttpEvent::Preflight { reply }) => {
@@ -714,6 +754,9 @@ fn answer(ctx: &mut Ctx, conn: &mut Conn, key: usize, frame: &[u8], http: Option
         // Credentials come with each HTTP request: checked before its body is read.
         let headers = Headers::new(request_head);
         if let Err(denied) = guard.authenticate_http(&conn.session, &headers) {
+            if let Some(m) = ctx.pending.metrics() {
+                m.event(crate::metrics::Event::AuthFailure);
+            }
             refuse_unauthenticated(ctx, conn, reply, denied, &headers);
             queue_if_behind(conn, mark);
             return;
@@ -733,7 +776,9 @@ fn answer(ctx: &mut Ctx, conn: &mut Conn, key: usize, frame: &[u8], http: Option
     }
     .with_session(&conn.session);
     let slot_id = conn.next_slot;
-    let mut sink = ctx.pending.sink(key, conn.generation, slot_id);
+    let mut sink = ctx
+        .pending
+        .sink(key, conn.generation, slot_id, conn.info.transport());
     let split = ctx
         .engine
         .handle_split(frame, &source, &mut ctx.scratch, &mut conn.out, &mut sink);
@@ -827,7 +872,7 @@ fn settle(
         again.push((key, conn.generation));
     }
     if conn.finished() {
-        close(poll, conns, key);
+        close(ctx, poll, conns, key);
     }
 }
 

@@ -21,6 +21,8 @@ pub(crate) const DEFAULT_MAX_HEADERS: usize = 64;
 pub(crate) const MAX_HEADERS_CEILING: usize = 256;
 /// The path of the health check, `GET` only.
 pub(crate) const HEALTH_PATH: &str = "/health";
+/// The path of the metrics, `GET` only (when served).
+pub(crate) const METRICS_PATH: &str = "/metrics";
 /// The longest `X-Trace-Id` value kept, in bytes; longer values are ignored rather than
 /// truncated (a truncated id would correlate with the wrong trace).
 pub(crate) const TRACE_ID_MAX: usize = 64;
@@ -42,6 +44,10 @@ pub(crate) struct HttpLimits {
     pub(crate) max_headers: usize,
     /// The origins browsers may call from (CORS), if any.
     pub(crate) cors: Option<Arc<Cors>>,
+    /// JSON-RPC is served at `path` (not on a metrics-only listener).
+    pub(crate) rpc: bool,
+    /// `GET /metrics` is served.
+    pub(crate) metrics: bool,
 }
 
 impl Default for HttpLimits {
@@ -52,6 +58,8 @@ impl Default for HttpLimits {
             max_body_bytes: DEFAULT_MAX_REQUEST_BYTES,
             max_headers: DEFAULT_MAX_HEADERS,
             cors: None,
+            rpc: true,
+            metrics: false,
         }
     }
 }
@@ -71,6 +79,8 @@ impl HttpLimits {
             max_body_bytes: config.request_limit(),
             max_headers: DEFAULT_MAX_HEADERS,
             cors,
+            rpc: true,
+            metrics: false,
         }
     }
 
@@ -308,6 +318,13 @@ pub(crate) enum HttpEvent {
         /// The request was `HEAD`: answer without a body.
         head: bool,
     },
+    /// `GET /metrics` (when served): answer with the metrics' text.
+    Metrics {
+        /// As for [`HttpEvent::Health`].
+        reply: Reply,
+        /// The request was `HEAD`: answer without a body.
+        head: bool,
+    },
     /// A CORS preflight (`OPTIONS` on the JSON-RPC path) from an allowed origin: answer
     /// with [`write_preflight`](super::write_preflight).
     Preflight {
@@ -412,13 +429,13 @@ enum Plan {
         expect: bool,
         meta: RpcMeta,
     },
-    /// `GET /health`, or (`preflight`) a CORS preflight from an allowed origin.
+    /// `GET /health`, `GET /metrics`, or a CORS preflight from an allowed origin.
     Health {
         body: Framing,
         expect: bool,
         reply: Reply,
         head: bool,
-        preflight: bool,
+        probe: Probe,
     },
     Refuse {
         error: HttpError,
@@ -427,6 +444,14 @@ enum Plan {
         reply: Reply,
         head: bool,
     },
+}
+
+/// Which of the answers without a JSON-RPC body a [`Plan::Health`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Probe {
+    Health,
+    Metrics,
+    Preflight,
 }
 
 enum Step {
@@ -709,8 +734,9 @@ impl HttpDecoder {
         // A response to HEAD carries the headers a GET would get, but never a body.
         let head = method == "HEAD";
         let path = request_path(req.path.unwrap_or_default());
-        let is_rpc = path == self.limits.path;
+        let is_rpc = self.limits.rpc && path == self.limits.path;
         let is_health = path == HEALTH_PATH;
+        let is_metrics = self.limits.metrics && path == METRICS_PATH;
         let refuse = |error| Plan::Refuse {
             error,
             body,
@@ -745,16 +771,22 @@ impl HttpDecoder {
         if preflight && !origin.allowed() {
             return Ok(refuse(HttpError::Origin));
         }
-        if preflight || (is_health && (method == "GET" || head)) {
+        let get = method == "GET" || head;
+        if preflight || ((is_health || is_metrics) && get) {
+            let probe = match (preflight, is_metrics) {
+                (true, _) => Probe::Preflight,
+                (false, true) => Probe::Metrics,
+                (false, false) => Probe::Health,
+            };
             return Ok(Plan::Health {
                 body,
                 expect,
                 reply,
                 head,
-                preflight,
+                probe,
             });
         }
-        let error = match (is_rpc, is_health, cors.is_some()) {
+        let error = match (is_rpc, is_health || is_metrics, cors.is_some()) {
             (true, true, false) => HttpError::Method {
                 allow: "GET, HEAD, POST",
             },
@@ -798,16 +830,16 @@ impl HttpDecoder {
                 expect,
                 mut reply,
                 head,
-                preflight,
+                probe,
             } => {
                 reply.keep_alive = reply.keep_alive && self.skip_body(body, expect);
                 if !reply.keep_alive {
                     self.state = State::Closed;
                 }
-                Step::Event(if preflight {
-                    HttpEvent::Preflight { reply }
-                } else {
-                    HttpEvent::Health { reply, head }
+                Step::Event(match probe {
+                    Probe::Preflight => HttpEvent::Preflight { reply },
+                    Probe::Metrics => HttpEvent::Metrics { reply, head },
+                    Probe::Health => HttpEvent::Health { reply, head },
                 })
             }
             Plan::Refuse {
@@ -907,6 +939,7 @@ mod tests {
     enum Ev {
         Rpc(Vec<u8>, bool, Option<String>),
         Health(bool),
+        Metrics(bool),
         Preflight(Reply),
         Continue,
         Reject(u16, bool, Option<(&'static str, &'static str)>),
@@ -928,6 +961,7 @@ mod tests {
                 )
             }
             HttpEvent::Health { reply, .. } => Ev::Health(reply.keep_alive),
+            HttpEvent::Metrics { reply, .. } => Ev::Metrics(reply.keep_alive),
             HttpEvent::Preflight { reply } => Ev::Preflight(reply),
             HttpEvent::Continue => Ev::Continue,
             HttpEvent::Reject {

@@ -322,6 +322,21 @@ fn write_text(
     }
 }
 
+/// Appends `200 OK` with the metrics' `text` (no body for `HEAD`).
+pub(crate) fn write_metrics(
+    out: &mut Vec<u8>,
+    reply: Reply,
+    server: &ServerHeaders,
+    head: bool,
+    text: &[u8],
+) {
+    let content_type = ("Content-Type", crate::metrics::CONTENT_TYPE);
+    write_head(out, 200, text.len(), reply, server, &[content_type]);
+    if !head {
+        out.extend_from_slice(text);
+    }
+}
+
 /// Appends a response with a JSON `body` and a status other than 200 (a JSON-RPC
 /// error answered with an HTTP status too: 401, 429), with `extra` header lines.
 pub(crate) fn write_json_status(
