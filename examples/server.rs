@@ -108,6 +108,14 @@ struct Args {
     /// without de-duplication.
     #[arg(long, value_name = "open|closed", default_value = "closed", value_parser = ["open", "closed"])]
     dedup_fail: String,
+    /// Count nothing: no metrics (they are on by default, served at GET /metrics on the
+    /// HTTP listener).
+    #[arg(long, conflicts_with = "metrics")]
+    no_metrics: bool,
+    /// Also serve GET /metrics (and /health) on ADDR, an HTTP listener of its own
+    /// without JSON-RPC (say, when --http is off or faces elsewhere).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
 }
 
 fn millis(ms: u64) -> Option<Duration> {
@@ -181,6 +189,9 @@ fn dedup(a: &Args) -> Result<Option<Dedup>, String> {
 
 fn serve(a: Args) -> std::io::Result<()> {
     let mut engine = demo::engine(config(&a));
+    if a.no_metrics {
+        engine = engine.without_metrics();
+    }
     if let Some(d) = dedup(&a).map_err(std::io::Error::other)? {
         engine = engine.with_dedup(d);
     }
@@ -191,11 +202,25 @@ fn serve(a: Args) -> std::io::Result<()> {
         }
         None => false,
     };
+    let engine = std::sync::Arc::new(engine);
     if a.stdio {
+        if let Some(addr) = &a.metrics {
+            // Metrics of a stdio server: a listener of their own, on a thread beside.
+            let mut metrics = Server::with_config(std::sync::Arc::clone(&engine), settings(&a))?;
+            let bound = metrics.listen_metrics(addr.as_str())?;
+            eprintln!("listening metrics {bound}");
+            std::thread::spawn(move || metrics.run());
+        }
         return ringrpc::server::serve_stdio(&engine);
     }
     let mut server = Server::with_config(engine, settings(&a))?;
     let mut lines = Vec::new();
+    if let Some(addr) = &a.metrics {
+        lines.push(format!(
+            "listening metrics {}",
+            server.listen_metrics(addr.as_str())?
+        ));
+    }
     if a.tcp != "off" {
         lines.push(format!(
             "listening tcp {}",

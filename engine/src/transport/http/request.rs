@@ -172,7 +172,7 @@ pub(crate) enum HttpError {
     #[error("malformed chunked body")]
     Chunk,
     /// 404: neither the JSON-RPC path nor the health check.
-    #[error("no such path (JSON-RPC is POSTed to the configured path; GET /health)")]
+    #[error("no such path (JSON-RPC is POSTed to the configured path; GET /health, GET /metrics)")]
     NotFound,
     /// 405: the path exists but not for this method.
     #[error("this path takes {allow}")]
