@@ -215,12 +215,6 @@ fn serve(a: Args) -> std::io::Result<()> {
     }
     let mut server = Server::with_config(engine, settings(&a))?;
     let mut lines = Vec::new();
-    if let Some(addr) = &a.metrics {
-        lines.push(format!(
-            "listening metrics {}",
-            server.listen_metrics(addr.as_str())?
-        ));
-    }
     if a.tcp != "off" {
         lines.push(format!(
             "listening tcp {}",
@@ -236,6 +230,12 @@ fn serve(a: Args) -> std::io::Result<()> {
     if let Some(path) = &a.unix {
         server.listen_unix(path)?;
         lines.push(format!("listening unix {}", path.display()));
+    }
+    if let Some(addr) = &a.metrics {
+        lines.push(format!(
+            "listening metrics {}",
+            server.listen_metrics(addr.as_str())?
+        ));
     }
     server.shutdown_on_signals()?;
     if guarded && a.auth_file.is_some() {

@@ -713,7 +713,11 @@ impl Engine {
             // (A panic dropped the responder, which answered -32603.)
             let _ = ran;
             return match req.id {
-                None => Answer::Nothing,
+                None => {
+                    // Its handler's outcome is not known here: counted as run.
+                    defer.outcome(metric, None);
+                    Answer::Nothing
+                }
                 Some(_) => match defer.answered(out) {
                     Some(code) => {
                         defer.outcome(metric, code);

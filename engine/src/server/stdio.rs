@@ -46,8 +46,17 @@ pub fn serve_stdio(engine: &Engine) -> io::Result<()> {
     let mut out = Vec::with_capacity(FLUSH_AT * 2);
     let mut stdin = io::stdin().lock();
     let mut stdout = io::stdout().lock();
-    loop {
+    // The connection and its bytes (the calls count themselves in the engine).
+    let metrics = engine.metrics().map(crate::metrics::Metrics::claim);
+    let count = |f: &dyn Fn(&crate::metrics::Local)| {
+        if let Some(m) = &metrics {
+            f(m);
+        }
+    };
+    count(&|m| m.connections(Transport::Stdio, 1));
+    let result = (|| loop {
         if !out.is_empty() && (out.len() >= FLUSH_AT || !stdin_ready()) {
+            count(&|m| m.sent(Transport::Stdio, out.len()));
             stdout.write_all(&out)?;
             stdout.flush()?;
             out.clear();
@@ -64,14 +73,18 @@ pub fn serve_stdio(engine: &Engine) -> io::Result<()> {
             Err(e) => return Err(e),
         };
         buf.truncate(old + n);
+        count(&|m| m.received(Transport::Stdio, n));
         if n == 0 {
             if !buf.is_empty() {
                 buf.extend_from_slice(b"\n");
                 engine.handle_lines_from(&mut buf, &mut decoder, &source, &mut scratch, &mut out);
             }
+            count(&|m| m.sent(Transport::Stdio, out.len()));
             stdout.write_all(&out)?;
             return stdout.flush();
         }
         engine.handle_lines_from(&mut buf, &mut decoder, &source, &mut scratch, &mut out);
-    }
+    })();
+    count(&|m| m.connections(Transport::Stdio, -1));
+    result
 }
