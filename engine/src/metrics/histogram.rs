@@ -27,7 +27,7 @@ pub(crate) fn batch_bucket(len: usize) -> usize {
 }
 
 /// The clock, and the duration bounds in its ticks.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Ticks {
     clock: quanta::Clock,
     /// `DURATION_BOUNDS` in ticks: a duration of `t` ticks is in the first bucket whose

@@ -23,7 +23,7 @@ mod process;
 use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use crate::dispatch::context::Transport;
 use histogram::{Ticks, BATCH_BOUNDS, BATCH_BUCKETS, DURATION_BOUNDS, DURATION_BUCKETS};
@@ -161,7 +161,9 @@ struct Shared {
     names: Box<[Box<str>]>,
     /// The code of each slot (slot 0, success, and `OTHER` stay `EMPTY`).
     codes: [AtomicI64; CODES],
-    ticks: Ticks,
+    /// The clock, calibrated on first use (~1 ms, up to 200 ms on a loaded machine,
+    /// once per process), so an engine without metrics never pays it.
+    ticks: OnceLock<Ticks>,
     /// Every shard made, claimed or free.
     shards: Mutex<Vec<Arc<Shard>>>,
     /// Shards whose thread let them go, for the next claim.
@@ -206,7 +208,7 @@ impl Metrics {
                 id: NEXT_ID.fetch_add(1, Relaxed),
                 names: names.into_boxed_slice(),
                 codes,
-                ticks: Ticks::new(),
+                ticks: OnceLock::new(),
                 shards: Mutex::new(Vec::new()),
                 free: Mutex::new(Vec::new()),
                 inflight: AtomicI64::new(0),
@@ -237,10 +239,12 @@ impl Metrics {
                 .push(Arc::clone(&shard));
             shard
         });
+        let ticks = s.ticks.get_or_init(Ticks::new).clone();
         Local {
             shard,
+            mark: Cell::new(ticks.now()),
+            ticks,
             shared: Arc::clone(s),
-            mark: Cell::new(0),
         }
     }
 
@@ -327,7 +331,7 @@ impl Metrics {
         }
 
         let name = "ringrpc_request_duration_seconds";
-        head(&mut out, name, "histogram", "Time from reading a call to its answer, by method (calls answered inline: their share of the frame's handling).");
+        head(&mut out, name, "histogram", "Time from reading a call to its answer, by method (a call answered inline: from the read, or the end of the call before it in the same read, to its answer).");
         let stride = DURATION_BUCKETS + 1;
         for (m, method) in s.names.iter().enumerate() {
             let buckets: Vec<u64> = (0..DURATION_BUCKETS)
@@ -347,7 +351,7 @@ impl Metrics {
                 &label,
                 &DURATION_BOUNDS,
                 &buckets,
-                s.ticks.seconds(ticks),
+                s.ticks.get_or_init(Ticks::new).seconds(ticks),
             );
         }
 
@@ -484,6 +488,8 @@ fn escape(out: &mut String, v: &str) {
 #[derive(Debug)]
 pub(crate) struct Local {
     shard: Arc<Shard>,
+    /// A copy of the shared clock: read without an indirection.
+    ticks: Ticks,
     shared: Arc<Shared>,
     /// When the call being answered started (ticks): the frame's start, then the end of
     /// the previous call of the frame.
@@ -501,17 +507,19 @@ impl Drop for Local {
 }
 
 impl Local {
-    /// A frame starts: the first call's time counts from here.
+    /// Bytes were read (a reactor), or a frame is handed to the engine (an embedder):
+    /// the next call's time counts from here.
     #[inline(always)]
     pub(crate) fn start(&self) {
-        self.mark.set(self.shared.ticks.now());
+        self.mark.set(self.ticks.now());
     }
 
     /// A call to the method of metric index `method`, answered now with `code` (`None`:
-    /// a result); it took the time since the frame started or the previous call ended.
+    /// a result); it took the time since the last [`Local::start`] or the end of the
+    /// previous call, whichever came last.
     #[inline(always)]
     pub(crate) fn call(&self, method: u32, transport: Transport, code: Option<i32>) {
-        let now = self.shared.ticks.now();
+        let now = self.ticks.now();
         let took = now.saturating_sub(self.mark.replace(now));
         self.record(method, transport, code, took);
     }
@@ -524,7 +532,7 @@ impl Local {
         code: Option<i32>,
         took: std::time::Duration,
     ) {
-        let ticks = self.shared.ticks.ticks_of(took);
+        let ticks = self.ticks.ticks_of(took);
         self.record(method, transport, code, ticks);
     }
 
@@ -544,7 +552,7 @@ impl Local {
             bump(c, 1);
         }
         let at = m * (DURATION_BUCKETS + 1);
-        let b = self.shared.ticks.bucket(ticks);
+        let b = self.ticks.bucket(ticks);
         if let (Some(c), Some(s)) = (
             self.shard.durations.get(at + b),
             self.shard.durations.get(at + DURATION_BUCKETS),

@@ -391,9 +391,6 @@ impl Pending {
         transport: Transport,
     ) -> Sink<'_> {
         self.elems.clear();
-        if let Some(l) = &self.local {
-            l.start();
-        }
         Sink {
             elems: &mut self.elems,
             reply_to: &self.reply_to,

@@ -599,6 +599,9 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
                 reads += 1;
                 if let Some(m) = ctx.pending.metrics() {
                     m.received(conn.info.transport(), n);
+                    // One clock read per read, not per frame: each call read here is
+                    // timed from the end of the one before it (see `Local::call`).
+                    m.start();
                 }
                 conn.last_active = Instant::now();
                 // Answers accumulate and leave in one write below: fewer, larger
@@ -659,7 +662,6 @@ fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<usize>)
                 Err(e) => {
                     let mark = conn.out.len();
                     if let Some(m) = ctx.pending.metrics() {
-                        m.start();
                         let unknown = crate::metrics::Metrics::unknown(ctx.engine.registry().len());
                         m.call(
                             unknown,
