@@ -5,6 +5,9 @@
 #
 #   bash benches/scripts/before_after.sh SERVER_A SERVER_B LOADGEN [SECONDS] [ROUNDS]
 #
+# A_ARGS and B_ARGS in the environment go to one server each (say, the same binary with
+# and without B_ARGS=--no-metrics).
+#
 # Prints one line per run: round, load, build, requests/s (loadgen's summary field).
 set -euo pipefail
 a=$1 b=$2 lg=$3
@@ -20,8 +23,12 @@ for round in $(seq "$rounds"); do
     IFS='|' read -r name args <<<"$load"
     for build in a b; do
       bin=${!build}
+      own=A_ARGS
+      [ "$build" = b ] && own=B_ARGS
+      # shellcheck disable=SC2206 # word splitting wanted: several flags
+      own_args=(${!own:-})
       port=$((7980 + RANDOM % 400 * 2))
-      taskset -c 1 "$bin" --tcp 127.0.0.1:$port --http 127.0.0.1:$((port + 1)) >/dev/null 2>&1 &
+      taskset -c 1 "$bin" --tcp 127.0.0.1:$port --http 127.0.0.1:$((port + 1)) "${own_args[@]}" >/dev/null 2>&1 &
       pids+=($!)
       sleep 0.5
       a2=${args//HPORT/$((port + 1))}

@@ -11,7 +11,7 @@
 //! | `add` | `[a, b]` | `a + b` |
 //! | `sleep` | `{"ms": N}` (N ≤ 60000) | `null`, after N ms (blocking: the server runs it on the worker pool) |
 //! | `delay` | `[ms]` (ms ≤ 60000) | `null`, after ms, answered by a [`Responder`] from a timer thread: no thread waits meanwhile |
-//! | `whoami` | none | `{"transport": "tcp", "peer": "127.0.0.1:50312"}`, plus `"user_agent"` when the HTTP request had one and `"identity"` when the caller authenticated |
+//! | `whoami` | none | `{"transport": "tcp", "peer": "127.0.0.1:50312"}`, plus `"user_agent"` when the HTTP request had one, `"identity"` when the caller authenticated and `"trace_id"` when the call is traced |
 //! | `incr` | `[n]` (default 1) | adds `n` to the engine's counter, answers the new value; marked for de-duplication ([`crate::dedup`]), so a retried call does not add twice |
 //! | `get_counter` | none | the counter's value |
 //! | `update`, `notify_hello`, `notify_sum` | anything | notifications: no answer |
@@ -79,6 +79,7 @@ pub fn builder() -> RegistryBuilder {
                     .and_then(|h| h.get("user-agent"))
                     .map(|v| String::from_utf8_lossy(v).into_owned()),
                 identity: ctx.identity().map(str::to_owned),
+                trace_id: ctx.trace().map(|t| t.trace_id().to_string()),
             })
         })?;
         Ok(())
@@ -96,6 +97,8 @@ struct Whoami {
     user_agent: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     identity: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trace_id: Option<String>,
 }
 
 /// `delay [ms]`: answered by the timer thread after `ms`.

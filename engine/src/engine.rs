@@ -25,6 +25,7 @@ use crate::guard::Guard;
 use crate::metrics::{Event, Local, Metrics};
 use crate::serializer::batch::BatchWriter;
 use crate::serializer::response::write_error;
+use crate::trace::{Sampler, Trace};
 
 /// What [`Engine::handle`] did with a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,6 +110,8 @@ pub struct Engine {
     dedup: Option<Dedup>,
     /// `None` when turned off ([`Engine::without_metrics`]).
     metrics: Option<Metrics>,
+    /// Which calls that came without a trace get one ([`Engine::with_trace_sampling`]).
+    sampler: Sampler,
     /// Neither hooks nor a guard: plain calls take the straight path.
     bare: bool,
 }
@@ -135,6 +138,7 @@ impl Engine {
             guard: None,
             dedup: None,
             metrics: Some(metrics),
+            sampler: Sampler::default(),
             bare: true,
         }
     }
@@ -144,6 +148,22 @@ impl Engine {
     pub fn without_metrics(mut self) -> Self {
         self.metrics = None;
         self
+    }
+
+    /// The engine with a fraction `rate` (0 to 1) of the frames that come without a
+    /// trace given one ([`Trace::root`], sampled): their calls run in `tracing` spans and
+    /// their contexts expose the trace id; an HTTP answer carries it as `traceparent`.
+    /// Frames with the caller's trace (`traceparent`) follow the caller's decision.
+    /// Default 0: nothing is traced unless the caller asks.
+    pub fn with_trace_sampling(mut self, rate: f64) -> Self {
+        self.sampler = Sampler::new(rate);
+        self
+    }
+
+    /// A new sampled trace for a frame that came without one, at the configured rate.
+    #[inline]
+    pub(crate) fn sample_trace(&self) -> Option<Trace> {
+        self.sampler.sample()
     }
 
     /// The engine's metrics, to serve on an endpoint of the host's own
@@ -287,6 +307,17 @@ impl Engine {
         if let Some(l) = local {
             l.start();
         }
+        let sampled;
+        let source = match source.trace {
+            None => match self.sample_trace() {
+                Some(t) => {
+                    sampled = t;
+                    &source.with_trace(&sampled)
+                }
+                None => source,
+            },
+            Some(_) => source,
+        };
         // Moved out and back (no reference count touched): most frames never use it.
         let mut wait = Wait {
             waiter: scratch.waiter.take(),
@@ -576,7 +607,7 @@ impl Engine {
         // The common case first, with nothing to set up: no hooks, a plain method (or
         // none) answered here.
         let plain = entry.is_none_or(crate::dispatch::registry::Entry::is_plain);
-        if plain && self.bare {
+        if plain && self.bare && !source.sampled() {
             let d = crate::dispatch::dispatch_plain(entry, req, out, limit, max);
             defer.outcome(self.metric(entry), d.code);
             return if d.wrote {
@@ -605,6 +636,12 @@ impl Engine {
         element: Option<u32>,
     ) -> Answer {
         let max = self.config.max_response_bytes;
+        // A sampled call runs in a span, for the host's subscriber.
+        let span = source
+            .trace
+            .filter(|t| t.is_sampled())
+            .map(|t| call_span(t, &req, source));
+        let _entered = span.as_ref().map(tracing::Span::enter);
         // The server's pool jobs were checked where they were read.
         let checks = defer.hooks();
         let metric = self.metric(entry);
@@ -864,6 +901,26 @@ impl Engine {
     ) -> Split {
         self.parse_and(frame, source, scratch, out, defer)
     }
+}
+
+/// The span of a sampled call.
+#[cold]
+fn call_span(
+    trace: &Trace,
+    req: &crate::codec::request::Request<'_>,
+    source: &Source<'_>,
+) -> tracing::Span {
+    let identity = source.session.and_then(crate::guard::Session::identity);
+    tracing::info_span!(
+        "rpc.call",
+        method = req.method,
+        id = ?req.id,
+        transport = source.conn.transport().as_str(),
+        peer = ?source.conn.peer(),
+        identity = identity.as_deref(),
+        trace_id = %trace.trace_id(),
+        span_id = %trace.span_id(),
+    )
 }
 
 /// What is left to do for a frame after [`Engine::handle_split`].

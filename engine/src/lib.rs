@@ -113,6 +113,7 @@ pub mod guard;
 pub mod metrics;
 mod serializer;
 pub mod server;
+pub mod trace;
 mod transport;
 
 pub use codec::{Id, LineDecoder, Params};

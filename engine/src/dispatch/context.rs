@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use crate::codec::Id;
 use crate::guard::Session;
+use crate::trace::Trace;
 
 /// How a request arrived.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -195,6 +196,8 @@ pub struct Source<'a> {
     pub(crate) headers: Option<Headers<'a>>,
     /// The connection's authentication, when a [`Guard`](crate::guard::Guard) is set.
     pub(crate) session: Option<&'a Session>,
+    /// The trace the frame's calls belong to, if any.
+    pub(crate) trace: Option<&'a Trace>,
 }
 
 impl<'a> Source<'a> {
@@ -204,6 +207,7 @@ impl<'a> Source<'a> {
             conn,
             headers: None,
             session: None,
+            trace: None,
         }
     }
 
@@ -214,6 +218,7 @@ impl<'a> Source<'a> {
             conn,
             headers: Some(Headers::new(head)),
             session: None,
+            trace: None,
         }
     }
 
@@ -224,6 +229,23 @@ impl<'a> Source<'a> {
             session: Some(session),
             ..self
         }
+    }
+
+    /// The same source, its calls part of `trace` (say, continued from the caller's
+    /// `traceparent` with [`Trace::from_traceparent`]): their contexts expose it, and
+    /// sampled ones run in a `tracing` span.
+    pub fn with_trace(self, trace: &'a Trace) -> Self {
+        Self {
+            trace: Some(trace),
+            ..self
+        }
+    }
+
+    /// Whether the frame's calls are traced and sampled (they take the path that makes
+    /// spans).
+    #[inline(always)]
+    pub(crate) fn sampled(&self) -> bool {
+        self.trace.is_some_and(Trace::is_sampled)
     }
 }
 
@@ -309,6 +331,12 @@ impl<'a> Context<'a> {
     /// The request's id; `None` for a notification.
     pub fn id(&self) -> Option<Id<'a>> {
         self.id
+    }
+
+    /// The trace the call belongs to: the caller's (an HTTP `traceparent`), or one
+    /// started for a sampled call; `None` if it is not traced.
+    pub fn trace(&self) -> Option<&'a Trace> {
+        self.source.trace
     }
 
     /// When the server answers `-32001` if the call has not been answered: set for

@@ -114,14 +114,11 @@ fn feed_http<'p>(limits: &HttpLimits, pieces: impl IntoIterator<Item = &'p [u8]>
         while let Some(e) = dec.decode(&mut buf) {
             events.push(match e {
                 HttpEvent::Rpc {
-                    body,
-                    reply,
-                    trace_id,
-                    ..
+                    body, reply, trace, ..
                 } => Ev::Rpc(
                     body.to_vec(),
                     reply,
-                    trace_id.map(|t| t.as_str().to_owned()),
+                    trace.map(|t| t.trace_id().to_string()),
                 ),
                 HttpEvent::Health { reply, head } => Ev::Health(reply, head),
                 HttpEvent::Metrics { reply, head } => Ev::Metrics(reply, head),

@@ -42,6 +42,7 @@ use crate::guard::rate::Limited;
 use crate::metrics::{Event, Inflight, Local};
 use crate::serializer::batch::BatchWriter;
 use crate::serializer::response::write_error;
+use crate::trace::Trace;
 use crate::transport::http::{self, Reply, ServerHeaders};
 
 /// Buffers kept for answers given later (pool and responders), per reactor.
@@ -181,6 +182,8 @@ pub(crate) struct Slot {
     conn: Connection,
     /// Its elements still in flight, for the metrics (given up if the slot is dropped).
     inflight: Option<Inflight>,
+    /// The frame's trace: its pool calls' contexts see it, its HTTP answer names it.
+    trace: Option<Trace>,
 }
 
 impl Slot {
@@ -199,6 +202,7 @@ impl Slot {
             started: Instant::now(),
             conn: Connection::EMBEDDED,
             inflight: None,
+            trace: None,
         }
     }
 
@@ -427,6 +431,7 @@ impl Pending {
         json: Vec<u8>,
         frame: &[u8],
         http: Option<Reply>,
+        trace: Option<Trace>,
         headers: &ServerHeaders,
     ) -> Slot {
         let elems = std::mem::take(&mut self.elems);
@@ -455,6 +460,7 @@ impl Pending {
             started: Instant::now(),
             conn: *info,
             inflight: self.local.as_ref().map(|l| l.inflight(remaining)),
+            trace,
         };
         self.submit(&mut slot, conn, generation);
         if slot.remaining == 0 {
@@ -493,6 +499,7 @@ impl Pending {
                 reply_to: Arc::clone(&self.reply_to),
                 deadline: self.timeout.map(|t| Instant::now() + t),
                 dedup: *dedup,
+                trace: slot.trace,
             };
             match self.pool.try_submit(job) {
                 Ok(()) => {
@@ -678,11 +685,18 @@ fn finish(slot: &mut Slot, headers: &ServerHeaders) {
             out.push(b'\n');
         }
         Some(reply) if json.is_empty() => http::write_no_content(&mut out, reply, headers),
-        Some(reply) => {
-            let m = http::begin_json_response(&mut out, reply, headers);
-            out.extend_from_slice(&json);
-            http::finish_json_response(&mut out, m, reply, headers);
-        }
+        Some(reply) => match &slot.trace {
+            None => {
+                let m = http::begin_json_response(&mut out, reply, headers);
+                out.extend_from_slice(&json);
+                http::finish_json_response(&mut out, m, reply, headers);
+            }
+            Some(t) => {
+                let m = http::begin_json_response_traced(&mut out, reply, headers);
+                out.extend_from_slice(&json);
+                http::finish_json_response_traced(&mut out, m, reply, headers, t);
+            }
+        },
     }
     slot.buf = out;
     slot.ready = true;

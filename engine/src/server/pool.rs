@@ -20,6 +20,7 @@ use crate::dedup::Digest;
 use crate::dispatch::context::{Connection, Source};
 use crate::dispatch::responder::{Complete, Tag};
 use crate::engine::Engine;
+use crate::trace::Trace;
 
 /// A call for a worker.
 pub(crate) struct Job {
@@ -34,6 +35,8 @@ pub(crate) struct Job {
     pub(crate) deadline: Option<Instant>,
     /// The call's de-duplication key, made where it was read; claimed here.
     pub(crate) dedup: Option<Digest>,
+    /// The trace of the frame it came in.
+    pub(crate) trace: Option<Trace>,
 }
 
 /// The pool's queue is full (or the pool is stopping).
@@ -104,6 +107,10 @@ fn work(engine: &Engine, rx: &Receiver<Job>, stopping: &AtomicBool) {
         }
         let mut reply = job.reply_to.buffer();
         let source = Source::new(&job.conn);
+        let source = match &job.trace {
+            Some(t) => source.with_trace(t),
+            None => source,
+        };
         let code = engine.run_job(&job.frame, &source, &mut scratch, &mut reply, job.dedup);
         job.reply_to.complete(job.tag, reply, code);
     }
@@ -166,6 +173,7 @@ mod tests {
             reply_to: Arc::clone(reply_to),
             deadline: None,
             dedup: None,
+            trace: None,
         }
     }
 

@@ -18,6 +18,7 @@ use super::{Listener, Proto, Server};
 use crate::config::ServerConfig;
 use crate::dispatch::context::{Connection, Headers, Peer, Source, Transport};
 use crate::engine::{Engine, Outcome, Scratch, Split};
+use crate::trace::Trace;
 use crate::transport::http::{self, HttpEvent, Reply, ServerHeaders};
 use crate::transport::io::{peer_cred, read_into};
 
@@ -657,7 +658,7 @@ fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<usize>)
         }
         match &mut conn.decoder {
             Decoder::Line(d) => match d.decode(&mut conn.rbuf) {
-                Ok(Some(frame)) => answer(ctx, conn, key, &frame, None),
+                Ok(Some(frame)) => answer(ctx, conn, key, &frame, None, None),
                 Ok(None) => return,
                 Err(e) => {
                     let mark = conn.out.len();
@@ -676,11 +677,18 @@ fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<usize>)
             },
             Decoder::Http(d) => match d.decode(&mut conn.rbuf) {
                 None => return,
-                Some(HttpEvent::Rpc { body, reply, .. }) => {
+                Some(HttpEvent::Rpc { body, reply, trace }) => {
                     if !reply.keep_alive {
                         conn.read_closed = true;
                     }
-                    answer(ctx, conn, key, body.body(), Some((reply, body.head())));
+                    answer(
+                        ctx,
+                        conn,
+                        key,
+                        body.body(),
+                        Some((reply, body.head())),
+                        trace,
+                    );
                 }
                 Some(HttpEvent::Health { reply, head }) => {
                     if !reply.keep_alive {
@@ -750,8 +758,17 @@ fn queue_if_behind(conn: &mut Conn, mark: usize) {
 /// Answers one frame (a line, or an HTTP body, with its head). Cheap calls are
 /// answered here, straight into the connection's output; calls answered later (pool,
 /// responders) leave a slot with [`Pending`].
-fn answer(ctx: &mut Ctx, conn: &mut Conn, key: usize, frame: &[u8], http: Option<(Reply, &[u8])>) {
+fn answer(
+    ctx: &mut Ctx,
+    conn: &mut Conn,
+    key: usize,
+    frame: &[u8],
+    http: Option<(Reply, &[u8])>,
+    trace: Option<Trace>,
+) {
     let mark = conn.out.len();
+    // The caller's trace (HTTP `traceparent`), or one of ours for a sampled frame.
+    let trace = trace.or_else(|| ctx.engine.sample_trace());
     if let (Some((reply, request_head)), Some(guard)) = (http, ctx.engine.guard()) {
         // Credentials come with each HTTP request: checked before its body is read.
         let headers = Headers::new(request_head);
@@ -766,10 +783,11 @@ fn answer(ctx: &mut Ctx, conn: &mut Conn, key: usize, frame: &[u8], http: Option
     }
     // HTTP: room for the head is reserved first, so the JSON is written in place.
     let head = http.map(|(reply, _)| {
-        (
-            http::begin_json_response(&mut conn.out, reply, &ctx.http),
-            reply,
-        )
+        let mark = match trace {
+            None => http::begin_json_response(&mut conn.out, reply, &ctx.http),
+            Some(_) => http::begin_json_response_traced(&mut conn.out, reply, &ctx.http),
+        };
+        (mark, reply)
     });
     let body_at = conn.out.len();
     let source = match http {
@@ -777,6 +795,10 @@ fn answer(ctx: &mut Ctx, conn: &mut Conn, key: usize, frame: &[u8], http: Option
         None => Source::new(&conn.info),
     }
     .with_session(&conn.session);
+    let source = match &trace {
+        Some(t) => source.with_trace(t),
+        None => source,
+    };
     let slot_id = conn.next_slot;
     let mut sink = ctx
         .pending
@@ -799,9 +821,10 @@ fn answer(ctx: &mut Ctx, conn: &mut Conn, key: usize, frame: &[u8], http: Option
                 let extra = [("Retry-After", secs.as_str())];
                 http::write_json_status(&mut conn.out, 429, reply, &ctx.http, &extra, &body);
             }
-            (Some((h, reply)), Outcome::Reply) => {
-                http::finish_json_response(&mut conn.out, h, reply, &ctx.http)
-            }
+            (Some((h, reply)), Outcome::Reply) => match &trace {
+                None => http::finish_json_response(&mut conn.out, h, reply, &ctx.http),
+                Some(t) => http::finish_json_response_traced(&mut conn.out, h, reply, &ctx.http, t),
+            },
             (Some((h, reply)), Outcome::Nothing) => {
                 http::cancel_json_response(&mut conn.out, h);
                 http::write_no_content(&mut conn.out, reply, &ctx.http);
@@ -827,6 +850,7 @@ fn answer(ctx: &mut Ctx, conn: &mut Conn, key: usize, frame: &[u8], http: Option
         json,
         frame,
         reply,
+        trace,
         &ctx.http,
     );
     conn.slots.push_back(slot);

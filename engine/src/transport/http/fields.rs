@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use super::request::TraceId;
 use super::HttpError;
+use crate::trace::Trace;
 
 /// The CORS policy: which origins' pages may call the server. Built once from
 /// [`Config`](crate::Config)'s `cors_origin`s and shared by every connection.
@@ -119,8 +119,8 @@ pub(super) struct Fields<'h> {
     pub(super) encoded: bool,
     /// `Expect: 100-continue`.
     pub(super) expect: bool,
-    /// The first `X-Trace-Id`, if valid.
-    pub(super) trace_id: Option<TraceId>,
+    /// The caller's trace: the first valid `traceparent`.
+    pub(super) trace: Option<Trace>,
     /// The first `Origin`.
     pub(super) origin: Option<&'h [u8]>,
 }
@@ -141,8 +141,8 @@ impl<'h> Fields<'h> {
                     self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
                 }
             }
-            10 if is(b"x-trace-id") && self.trace_id.is_none() => {
-                self.trace_id = TraceId::parse(value);
+            11 if is(b"traceparent") && self.trace.is_none() => {
+                self.trace = Trace::from_traceparent(value);
             }
             12 if is(b"content-type") => self.not_json |= !is_json(value),
             16 if is(b"content-encoding") => {

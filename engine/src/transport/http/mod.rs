@@ -109,7 +109,8 @@ pub(crate) use chunked::MAX_CHUNK_LINE;
 pub(crate) use fields::{Cors, Origin};
 pub(crate) use request::{HttpDecoder, HttpError, HttpEvent, HttpLimits};
 pub(crate) use response::{
-    begin_json_response, cancel_json_response, close_after_last, finish_json_response,
-    write_continue, write_health, write_json_status, write_metrics, write_no_content,
-    write_preflight, write_refusal, write_status, Reply, ServerHeaders,
+    begin_json_response, begin_json_response_traced, cancel_json_response, close_after_last,
+    finish_json_response, finish_json_response_traced, write_continue, write_health,
+    write_json_status, write_metrics, write_no_content, write_preflight, write_refusal,
+    write_status, Reply, ServerHeaders,
 };

@@ -13,6 +13,7 @@ use super::fields::{request_path, trim, Fields};
 use super::{Cors, Origin, Reply, MAX_CHUNK_LINE};
 use crate::config::defaults::{DEFAULT_MAX_HEAD_BYTES, DEFAULT_MAX_REQUEST_BYTES};
 use crate::config::{Config, ServerConfig};
+use crate::trace::Trace;
 
 /// Default [`HttpLimits::max_headers`]: 64.
 pub(crate) const DEFAULT_MAX_HEADERS: usize = 64;
@@ -23,9 +24,6 @@ pub(crate) const MAX_HEADERS_CEILING: usize = 256;
 pub(crate) const HEALTH_PATH: &str = "/health";
 /// The path of the metrics, `GET` only (when served).
 pub(crate) const METRICS_PATH: &str = "/metrics";
-/// The longest `X-Trace-Id` value kept, in bytes; longer values are ignored rather than
-/// truncated (a truncated id would correlate with the wrong trace).
-pub(crate) const TRACE_ID_MAX: usize = 64;
 
 /// The HTTP transport's limits and route.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,46 +92,6 @@ impl HttpLimits {
             max_trailers: self.max_head_bytes,
             max_wire: usize::MAX,
         }
-    }
-}
-
-/// An `X-Trace-Id` value, held inline (no allocation): 1 to [`TRACE_ID_MAX`] visible
-/// ASCII characters.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct TraceId {
-    len: u8,
-    /// Invariant: `bytes[..len]` is visible ASCII (`0x21..=0x7e`), so valid UTF-8.
-    bytes: [u8; TRACE_ID_MAX],
-}
-
-impl TraceId {
-    /// The id, or `None` if `value` is empty, too long or not visible ASCII.
-    pub(super) fn parse(value: &[u8]) -> Option<Self> {
-        let len = u8::try_from(value.len()).ok()?;
-        if value.is_empty() || value.len() > TRACE_ID_MAX || !value.iter().all(u8::is_ascii_graphic)
-        {
-            return None;
-        }
-        let mut bytes = [0; TRACE_ID_MAX];
-        bytes[..value.len()].copy_from_slice(value);
-        Some(Self { len, bytes })
-    }
-
-    /// The id's bytes.
-    pub(crate) fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..usize::from(self.len)]
-    }
-
-    /// The id as text.
-    pub(crate) fn as_str(&self) -> &str {
-        // Never fails: the bytes are ASCII (see the field's invariant).
-        std::str::from_utf8(self.as_bytes()).unwrap_or_default()
-    }
-}
-
-impl std::fmt::Debug for TraceId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("TraceId").field(&self.as_str()).finish()
     }
 }
 
@@ -306,9 +264,9 @@ pub(crate) enum HttpEvent {
         /// `Connection: close`; HTTP/1.0 only with `Connection: keep-alive`; if not, the
         /// decoder ignores anything after this request), and the CORS origin.
         reply: Reply,
-        /// The `X-Trace-Id` header, if present and at most [`TRACE_ID_MAX`] visible ASCII
-        /// characters (the first such, if repeated).
-        trace_id: Option<TraceId>,
+        /// The caller's trace, from the first valid `traceparent` header (W3C Trace
+        /// Context), with a new span for the server.
+        trace: Option<Trace>,
     },
     /// `GET /health`: answer with [`write_health`](super::write_health).
     Health {
@@ -406,7 +364,7 @@ impl State {
 #[derive(Clone, Copy, Debug)]
 struct RpcMeta {
     reply: Reply,
-    trace_id: Option<TraceId>,
+    trace: Option<Trace>,
     /// The head's length: it stays at the front of the buffer, before the body, until
     /// the two are split off together.
     head: usize,
@@ -569,7 +527,7 @@ impl HttpDecoder {
                 body_at: meta.head,
             },
             reply: meta.reply,
-            trace_id: meta.trace_id,
+            trace: meta.trace,
         }
     }
 
@@ -760,7 +718,7 @@ impl HttpDecoder {
                     expect,
                     meta: RpcMeta {
                         reply,
-                        trace_id: f.trace_id,
+                        trace: f.trace,
                         head: head_len,
                     },
                 },
@@ -948,16 +906,13 @@ mod tests {
     fn owned(e: HttpEvent) -> Ev {
         match e {
             HttpEvent::Rpc {
-                body,
-                reply,
-                trace_id,
-                ..
+                body, reply, trace, ..
             } => {
                 assert_whole_head(body.head());
                 Ev::Rpc(
                     body.to_vec(),
                     reply.keep_alive,
-                    trace_id.map(|t| t.as_str().to_owned()),
+                    trace.map(|t| t.trace_id().to_string()),
                 )
             }
             HttpEvent::Health { reply, .. } => Ev::Health(reply.keep_alive),
@@ -1134,10 +1089,12 @@ mod tests {
         }
     }
 
+    const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+
     fn cases() -> Vec<Case> {
         let next = post(BODY);
         let then = |first: &str| format!("{first}{next}");
-        let long_trace = "t".repeat(TRACE_ID_MAX);
         let head_of = |body: &str| post(body).len() - body.len();
         vec![
             // --- JSON-RPC requests and keep-alive rules ---
@@ -1148,19 +1105,22 @@ mod tests {
                 vec![rpc(""), rpc(BODY)],
             ),
             case(
-                "trace id",
-                post_with("X-Trace-Id:  abc-123 \r\n", "{}"),
-                vec![Ev::Rpc(b"{}".to_vec(), true, Some("abc-123".into()))],
+                "traceparent",
+                post_with(&format!("traceparent:  {TRACEPARENT} \r\n"), "{}"),
+                vec![Ev::Rpc(b"{}".to_vec(), true, Some(TRACE_ID.into()))],
             ),
             case(
-                "trace id at its limit, first one wins",
-                post_with(&format!("x-trace-id: {long_trace}\r\nX-Trace-Id: b\r\n"), "{}"),
-                vec![Ev::Rpc(b"{}".to_vec(), true, Some(long_trace.clone()))],
+                "traceparent: the first valid one wins",
+                post_with(
+                    &format!("Traceparent: nonsense\r\ntraceparent: {TRACEPARENT}\r\nTRACEPARENT: {}\r\n", TRACEPARENT.replace("4bf9", "0000")),
+                    "{}",
+                ),
+                vec![Ev::Rpc(b"{}".to_vec(), true, Some(TRACE_ID.into()))],
             ),
             case(
-                "trace id too long or not visible ascii is ignored",
-                post_with(&format!("X-Trace-Id: {long_trace}t\r\n"), "{}")
-                    + &post_with("X-Trace-Id: a b\r\n", "{}"),
+                "traceparent not valid is ignored",
+                post_with(&format!("traceparent: {}\r\n", TRACEPARENT.to_uppercase()), "{}")
+                    + &post_with("traceparent: 00-0-0-01\r\n", "{}"),
                 vec![rpc("{}"), rpc("{}")],
             ),
             case(
@@ -1906,13 +1866,13 @@ mod tests {
             }),
             body.clone().prop_map(|b| {
                 let mut req = format!(
-                    "POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nX-Trace-Id: t-1\r\nContent-Length: {}\r\n\r\n",
+                    "POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\ntraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\nContent-Length: {}\r\n\r\n",
                     b.len()
                 )
                 .into_bytes();
                 req.extend_from_slice(&b);
                 let mut want = if b.is_empty() { vec![] } else { vec![Ev::Continue] };
-                want.push(Ev::Rpc(b, true, Some("t-1".into())));
+                want.push(Ev::Rpc(b, true, Some("4bf92f3577b34da6a3ce929d0e0e4736".into())));
                 (req, want)
             }),
             Just((GET_HEALTH.as_bytes().to_vec(), vec![Ev::Health(true)])),

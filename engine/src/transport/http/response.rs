@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::{Cors, HttpError, Origin};
+use crate::trace::Trace;
 
 /// How an answer is to be headed, decided by its request: kept alive or not, and the
 /// CORS origin it goes to. Stored with an answer that is computed later.
@@ -420,6 +421,36 @@ fn begin_with_cors(out: &mut Vec<u8>, cors: usize) -> JsonResponse {
     JsonResponse { start, room }
 }
 
+/// `traceparent: ` + a version-00 value + CRLF.
+const TRACE_LINE_LEN: usize = 13 + 55 + 2;
+
+/// [`begin_json_response`] for an answer that will carry a `traceparent` line
+/// ([`finish_json_response_traced`]).
+#[cold]
+pub(crate) fn begin_json_response_traced(
+    out: &mut Vec<u8>,
+    reply: Reply,
+    server: &ServerHeaders,
+) -> JsonResponse {
+    let start = out.len();
+    let room = JSON_HEAD_ROOM + server.cors_len(reply) + TRACE_LINE_LEN;
+    out.resize(start + room, 0);
+    JsonResponse { start, room }
+}
+
+/// [`finish_json_response`] with a `traceparent` line naming `trace`'s server span, for
+/// a response begun with [`begin_json_response_traced`].
+#[cold]
+pub(crate) fn finish_json_response_traced(
+    out: &mut Vec<u8>,
+    mark: JsonResponse,
+    reply: Reply,
+    server: &ServerHeaders,
+    trace: &Trace,
+) {
+    finish_with(out, mark, reply, server, Some(trace));
+}
+
 /// Completes a response begun with [`begin_json_response`]: writes `HTTP/1.1 200 OK`,
 /// `Content-Type: application/json`, `Content-Length` (everything appended since) and
 /// the server's lines into the reserved room, then slides the body down over the
@@ -431,6 +462,17 @@ pub(crate) fn finish_json_response(
     mark: JsonResponse,
     reply: Reply,
     server: &ServerHeaders,
+) {
+    finish_with(out, mark, reply, server, None);
+}
+
+#[inline(always)]
+fn finish_with(
+    out: &mut Vec<u8>,
+    mark: JsonResponse,
+    reply: Reply,
+    server: &ServerHeaders,
+    trace: Option<&Trace>,
 ) {
     let body_start = mark.start + mark.room;
     let body_len = out.len() - body_start;
@@ -445,6 +487,11 @@ pub(crate) fn finish_json_response(
     head.put(JSON_HEAD);
     head.put(digits.format(body_len).as_bytes());
     head.put(b"\r\n");
+    if let Some(t) = trace {
+        head.put(b"traceparent: ");
+        head.put(&t.traceparent_bytes());
+        head.put(b"\r\n");
+    }
     server.put_tail(reply, |part| head.put(part));
     let at = mark.start + head.at;
     out.copy_within(body_start.., at);
