@@ -15,6 +15,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use ringrpc::access_log::{AccessLog, Format};
 use ringrpc::dedup::Dedup;
 use ringrpc::guard::{Guard, GuardError};
 use ringrpc::{defaults, demo, server::Server, Config, ServerConfig};
@@ -116,6 +117,15 @@ struct Args {
     /// without JSON-RPC (say, when --http is off or faces elsewhere).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<String>,
+    /// One line per call (each batch element) on stderr: time, transport, peer,
+    /// identity, method, id, code, duration, bytes in/out, trace id. Written by a thread
+    /// of its own; lines that do not fit its queue are dropped and counted.
+    #[arg(long, value_name = "json|text|off", default_value = "off", value_parser = ["json", "text", "off"])]
+    access_log: String,
+    /// Trace this fraction (0 to 1) of the calls that come without a W3C `traceparent`
+    /// (those with one follow the caller's sampling decision).
+    #[arg(long, value_name = "RATE", default_value_t = 0.0)]
+    trace_sample: f64,
 }
 
 fn millis(ms: u64) -> Option<Duration> {
@@ -192,6 +202,18 @@ fn serve(a: Args) -> std::io::Result<()> {
     if a.no_metrics {
         engine = engine.without_metrics();
     }
+    match a.access_log.as_str() {
+        "json" => engine = engine.with_access_log(AccessLog::stderr(Format::Json)),
+        "text" => engine = engine.with_access_log(AccessLog::stderr(Format::Text)),
+        _ => {}
+    }
+    if !(0.0..=1.0).contains(&a.trace_sample) {
+        return Err(std::io::Error::other(format!(
+            "--trace-sample {}: give a fraction from 0 to 1",
+            a.trace_sample
+        )));
+    }
+    engine = engine.with_trace_sampling(a.trace_sample);
     if let Some(d) = dedup(&a).map_err(std::io::Error::other)? {
         engine = engine.with_dedup(d);
     }

@@ -96,6 +96,7 @@
 )]
 
 #[cfg(feature = "client")]
+pub mod access_log;
 pub mod client;
 mod codec;
 mod config;

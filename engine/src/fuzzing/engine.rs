@@ -254,7 +254,7 @@ impl Deferrals for Collect {
         true
     }
 
-    fn responder(&mut self, _id: Id<'_>, _method: &str, _metric: u32) -> Responder {
+    fn responder(&mut self, _id: Id<'_>, _method: &str, _metric: u32, _bytes: usize) -> Responder {
         // The fuzzed engines register no deferred method.
         Responder::detached()
     }

@@ -171,6 +171,8 @@ struct Shared {
     /// Calls taken for later and not answered yet (changed only off the inline path,
     /// where a shared atomic costs nothing next to the hand-off).
     inflight: AtomicI64,
+    /// Counters kept elsewhere (the access log's dropped lines): name, help, value.
+    counters: Mutex<Vec<(&'static str, &'static str, Arc<AtomicU64>)>>,
     /// Queue lengths to report as `ringrpc_pool_queue_depth` (one per running server;
     /// `None` once it stopped).
     queues: Mutex<Vec<QueueLen>>,
@@ -212,6 +214,7 @@ impl Metrics {
                 shards: Mutex::new(Vec::new()),
                 free: Mutex::new(Vec::new()),
                 inflight: AtomicI64::new(0),
+                counters: Mutex::new(Vec::new()),
                 queues: Mutex::new(Vec::new()),
             }),
         }
@@ -279,6 +282,22 @@ impl Metrics {
             Ok(Some(r)) => r,
             _ => run(&self.claim()).unwrap_or_else(|| unreachable!("f runs once")),
         }
+    }
+
+    /// Reports a counter kept elsewhere in every scrape.
+    pub(crate) fn add_counter(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        value: Arc<AtomicU64>,
+    ) {
+        let mut counters = self
+            .shared
+            .counters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        counters.retain(|(n, ..)| *n != name);
+        counters.push((name, help, value));
     }
 
     /// Reports the length of a server's work queue in every scrape, while `len` returns
@@ -423,6 +442,15 @@ impl Metrics {
         for (i, (_, name, help)) in EVENTS.iter().enumerate() {
             head(&mut out, name, "counter", help);
             let _ = writeln!(out, "{name} {}", sum(&|sh| sh.events[i].load(Relaxed)));
+        }
+        for (name, help, value) in s
+            .counters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            head(&mut out, name, "counter", help);
+            let _ = writeln!(out, "{name} {}", value.load(Relaxed));
         }
         process::encode(&mut out);
         let _ = methods;

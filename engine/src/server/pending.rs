@@ -133,8 +133,8 @@ pub(crate) enum Work {
     /// A blocking call: its bytes in the slot's frame, for the pool, and its
     /// de-duplication key (claimed on the worker).
     Pool(Range<usize>, Option<Digest>),
-    /// A deferred method's call: its responder answers.
-    Responder,
+    /// A deferred method's call (this many bytes in the frame): its responder answers.
+    Responder(usize),
 }
 
 /// A call of a slot answered later.
@@ -184,6 +184,8 @@ pub(crate) struct Slot {
     inflight: Option<Inflight>,
     /// The frame's trace: its pool calls' contexts see it, its HTTP answer names it.
     trace: Option<Trace>,
+    /// The caller's identity, for the access log (only when it is on).
+    identity: Option<Arc<str>>,
 }
 
 impl Slot {
@@ -203,6 +205,7 @@ impl Slot {
             conn: Connection::EMBEDDED,
             inflight: None,
             trace: None,
+            identity: None,
         }
     }
 
@@ -272,11 +275,11 @@ impl Deferrals for Sink<'_> {
         true
     }
 
-    fn responder(&mut self, id: Id<'_>, method: &str, metric: u32) -> Responder {
+    fn responder(&mut self, id: Id<'_>, method: &str, metric: u32, bytes: usize) -> Responder {
         let element = u32::try_from(self.elems.len()).unwrap_or(u32::MAX);
         let method = self.method(method);
         self.elems.push(Elem {
-            work: Work::Responder,
+            work: Work::Responder(bytes),
             id: Some(OwnedId::from(id)),
             state: ElemState::Running,
             method,
@@ -345,6 +348,7 @@ pub(crate) struct Pending {
     hooks: Option<Arc<dyn Hooks>>,
     /// This reactor's metrics shard, if metrics are on.
     local: Option<Local>,
+    access_log: Option<Arc<crate::access_log::AccessLog>>,
 }
 
 /// What [`Pending::complete`] found for a completion.
@@ -377,6 +381,7 @@ impl Pending {
             max_response_bytes: config.max_response_bytes,
             hooks: engine.hooks().cloned(),
             local: engine.metrics().map(crate::metrics::Metrics::claim),
+            access_log: engine.access_log().cloned(),
         }
     }
 
@@ -407,7 +412,7 @@ impl Pending {
             timeout: self.timeout,
             deadline: None,
             max: self.max_response_bytes,
-            hooks: self.hooks.is_some(),
+            hooks: self.hooks.is_some() || self.access_log.is_some(),
             answered: 0,
             limited: 0,
             retry_after: None,
@@ -432,6 +437,7 @@ impl Pending {
         frame: &[u8],
         http: Option<Reply>,
         trace: Option<Trace>,
+        identity: Option<Arc<str>>,
         headers: &ServerHeaders,
     ) -> Slot {
         let elems = std::mem::take(&mut self.elems);
@@ -461,6 +467,7 @@ impl Pending {
             conn: *info,
             inflight: self.local.as_ref().map(|l| l.inflight(remaining)),
             trace,
+            identity: identity.filter(|_| self.access_log.is_some()),
         };
         self.submit(&mut slot, conn, generation);
         if slot.remaining == 0 {
@@ -509,9 +516,8 @@ impl Pending {
                 Err(_full) => {
                     slot.elems[i].state = ElemState::Done;
                     slot.remaining -= 1;
-                    self.after(slot, i, Some(ErrorCode::ServerBusy.code()));
+                    let mut err = Vec::new();
                     if let Some(id) = &slot.elems[i].id {
-                        let mut err = Vec::new();
                         write_error(
                             &mut err,
                             id.as_id(),
@@ -521,6 +527,7 @@ impl Pending {
                         let id = slot.elems[i].id.clone();
                         slot.push_answer(&err, id.as_ref().map(OwnedId::as_id));
                     }
+                    self.after(slot, i, Some(ErrorCode::ServerBusy.code()), err.len());
                 }
             }
         }
@@ -584,7 +591,7 @@ impl Pending {
         }
         s.remaining -= 1;
         let id = e.id.clone();
-        self.after(s, element as usize, done.code);
+        self.after(s, element as usize, done.code, done.reply.len());
         s.push_answer(&done.reply, id.as_ref().map(OwnedId::as_id));
         self.reply_to.recycle(done.reply);
         self.submit(s, conn, generation);
@@ -625,18 +632,17 @@ impl Pending {
             if let Some(l) = &self.local {
                 l.event(Event::DeadlineExceeded);
             }
-            self.after(slot, i, Some(ErrorCode::RequestTimeout.code()));
-            let Some(id) = slot.elems[i].id.clone() else {
-                continue;
-            };
             let mut err = Vec::new();
-            write_error(
-                &mut err,
-                id.as_id(),
-                ErrorCode::RequestTimeout,
-                format_args!("Request timed out: no result within request_timeout ({ms} ms)"),
-            );
-            slot.push_answer(&err, Some(id.as_id()));
+            if let Some(id) = slot.elems[i].id.clone() {
+                write_error(
+                    &mut err,
+                    id.as_id(),
+                    ErrorCode::RequestTimeout,
+                    format_args!("Request timed out: no result within request_timeout ({ms} ms)"),
+                );
+                slot.push_answer(&err, Some(id.as_id()));
+            }
+            self.after(slot, i, Some(ErrorCode::RequestTimeout.code()), err.len());
         }
         slot.remaining = 0;
         slot.on_pool = 0;
@@ -645,8 +651,9 @@ impl Pending {
 }
 
 impl Pending {
-    /// Runs the after hook for element `i` of `slot`, answered with `code`.
-    fn after(&self, slot: &mut Slot, i: usize, code: Option<i32>) {
+    /// Element `i` of `slot` was answered with `code` in `bytes_out` bytes: counts it,
+    /// logs it, runs the after hook.
+    fn after(&self, slot: &mut Slot, i: usize, code: Option<i32>, bytes_out: usize) {
         if let Some(f) = &mut slot.inflight {
             f.done();
         }
@@ -657,6 +664,22 @@ impl Pending {
                 code,
                 slot.started.elapsed(),
             );
+        }
+        if let (Some(log), Some(e)) = (&self.access_log, slot.elems.get(i)) {
+            log.log(&crate::access_log::Entry {
+                conn: &slot.conn,
+                identity: slot.identity.as_deref(),
+                method: e.method.as_deref().unwrap_or_default(),
+                id: e.id.as_ref().map(OwnedId::as_id),
+                code,
+                took: slot.started.elapsed(),
+                bytes_in: match &e.work {
+                    Work::Pool(range, _) => range.len(),
+                    Work::Responder(bytes) => *bytes,
+                },
+                bytes_out,
+                trace: slot.trace.map(|t| t.trace_id()),
+            });
         }
         let (Some(hooks), Some(e)) = (&self.hooks, slot.elems.get(i)) else {
             return;

@@ -851,6 +851,9 @@ fn answer(
         frame,
         reply,
         trace,
+        ctx.engine
+            .access_log()
+            .and_then(|_| conn.session.identity()),
         &ctx.http,
     );
     conn.slots.push_back(slot);

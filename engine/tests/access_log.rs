@@ -1,0 +1,165 @@
+//! The access log over real sockets: one JSON line per call, each batch element its own
+//! (answered inline, on the pool and by a responder), with transport, peer, identity,
+//! method, id, code, duration, bytes and trace id; and the text format.
+
+mod util;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ringrpc::access_log::{AccessLog, Format};
+use ringrpc::guard::Guard;
+use ringrpc::{demo, Config, ServerConfig};
+use serde_json::{json, Value};
+use util::http::post;
+use util::line::Line;
+use util::server::Served;
+
+/// Where the log writes: a buffer the test reads.
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Lines {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Lines {
+    /// The lines written so far, once there are `n` (the log writes on its own thread).
+    fn wait_for(&self, n: usize) -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+            let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+            if lines.len() >= n {
+                return lines;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} lines of {n}: {text}",
+                lines.len()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+const KEYS: &str = r#"
+[[key]]
+name = "ops"
+token = "s3cret"
+allow = ["*"]
+"#;
+
+#[test]
+fn a_batch_logs_each_element() {
+    let lines = Lines::default();
+    let engine = demo::engine(Config::default())
+        .with_guard(Guard::new().with_keys_toml(KEYS).unwrap())
+        .with_access_log(AccessLog::to_writer(Format::Json, lines.clone(), 1024));
+    let served = Served::start(engine, ServerConfig::default());
+    let batch = json!([
+        {"jsonrpc": "2.0", "method": "add", "params": [1, 2], "id": 1},
+        {"jsonrpc": "2.0", "method": "nope", "id": "two"},
+        {"jsonrpc": "2.0", "method": "notify_hello", "params": []},
+        {"jsonrpc": "2.0", "method": "sleep", "params": {"ms": 1}, "id": 4},
+        {"jsonrpc": "2.0", "method": "delay", "params": [1], "id": 5},
+    ]);
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let a = post(
+        served.http,
+        &[
+            ("Authorization", "Bearer s3cret"),
+            ("traceparent", traceparent),
+        ],
+        &batch,
+    );
+    assert_eq!(a.status, 200);
+    assert_eq!(a.body.as_array().map(Vec::len), Some(4), "{}", a.body);
+
+    let logged: Vec<Value> = lines
+        .wait_for(5)
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(logged.len(), 5, "{logged:#?}");
+    let by = |method: &str| {
+        logged
+            .iter()
+            .find(|l| l["method"] == json!(method))
+            .unwrap_or_else(|| panic!("no line for {method}: {logged:#?}"))
+    };
+    for l in &logged {
+        assert_eq!(l["transport"], json!("http"));
+        assert!(l["peer"].as_str().unwrap().starts_with("127.0.0.1:"), "{l}");
+        assert_eq!(l["identity"], json!("ops"));
+        assert_eq!(l["trace_id"], json!("4bf92f3577b34da6a3ce929d0e0e4736"));
+        assert!(
+            l["duration_us"].is_u64() && l["bytes_in"].as_u64() > Some(10),
+            "{l}"
+        );
+        let time = l["time"].as_str().unwrap();
+        assert!(
+            time.len() == 27 && time.ends_with('Z') && time.contains('T'),
+            "{time}"
+        );
+    }
+    let add = by("add");
+    assert_eq!(
+        (add["id"].clone(), add["code"].clone()),
+        (json!(1), json!(0))
+    );
+    assert_eq!(
+        add["bytes_out"],
+        json!(r#"{"jsonrpc":"2.0","id":1,"result":3}"#.len())
+    );
+    let nope = by("nope");
+    assert_eq!(
+        (nope["id"].clone(), nope["code"].clone()),
+        (json!("two"), json!(-32601))
+    );
+    let note = by("notify_hello");
+    assert_eq!(
+        (note["id"].clone(), note["bytes_out"].clone()),
+        (Value::Null, json!(0))
+    );
+    // Answered later: by the pool, and by a responder.
+    let sleep = by("sleep");
+    assert_eq!(
+        (sleep["id"].clone(), sleep["code"].clone()),
+        (json!(4), json!(0))
+    );
+    assert!(sleep["duration_us"].as_u64() >= Some(1000), "{sleep}");
+    assert_eq!(by("delay")["id"], json!(5));
+    served.stop();
+}
+
+#[test]
+fn the_text_format_names_the_same_fields() {
+    let lines = Lines::default();
+    let engine = demo::engine(Config::default()).with_access_log(AccessLog::to_writer(
+        Format::Text,
+        lines.clone(),
+        1024,
+    ));
+    let served = Served::start(engine, ServerConfig::default());
+    let mut tcp = Line::tcp(served.tcp);
+    tcp.call(&json!({"jsonrpc": "2.0", "method": "add", "params": [1, 2], "id": 9}));
+    let logged = lines.wait_for(1);
+    let line = &logged[0];
+    let fields: Vec<&str> = line.split(' ').collect();
+    assert_eq!(fields[1], "tcp", "{line}");
+    assert!(fields[2].starts_with("127.0.0.1:"), "{line}");
+    assert_eq!(&fields[3..6], ["-", "\"add\"", "id=9"], "{line}");
+    assert_eq!(fields[6], "code=0");
+    assert!(fields[7].ends_with("us"));
+    assert!(fields[8].starts_with("in=") && fields[9].starts_with("out="));
+    assert_eq!(fields[10], "trace=-");
+    served.stop();
+}
