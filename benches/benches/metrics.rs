@@ -12,6 +12,10 @@
 //! - `metrics_batch/{off,on}`: a batch of 100 `ping`s per frame: per element, the cost
 //!   of counting and timing one call (the frame's share spread over 100), plus the
 //!   batch size histogram.
+//! - `observe/{bare,sampled,access_log}`: one `ping` per frame (metrics on): as is; in
+//!   a sampled trace (a `tracing` span per call, no subscriber installed); and with the
+//!   JSON access log (the line formatted and queued; written by the log's thread to
+//!   `io::sink`).
 
 use std::hint::black_box;
 
@@ -47,6 +51,37 @@ fn bench_pair(c: &mut Criterion, group: &str, frame: &[u8], elements: u64) {
     assert!(text.contains(r#"method="ping",transport="embedded",code="0""#));
 }
 
+fn observe(c: &mut Criterion) {
+    use ringrpc::access_log::{AccessLog, Format};
+    use ringrpc::trace::Trace;
+    use ringrpc::{Connection, Source};
+    let bare = Engine::new(demo::registry(), Config::default());
+    let logged = Engine::new(demo::registry(), Config::default())
+        .with_access_log(AccessLog::to_writer(Format::Json, std::io::sink(), 1 << 16));
+    let trace = Trace::root(true);
+    let conn = Connection::EMBEDDED;
+    let plain = Source::new(&conn);
+    let traced = Source::new(&conn).with_trace(&trace);
+    let mut g = c.benchmark_group("observe");
+    g.throughput(Throughput::Elements(1));
+    for (name, engine, source) in [
+        ("bare", &bare, plain),
+        ("sampled", &bare, traced),
+        ("access_log", &logged, plain),
+    ] {
+        let mut scratch = engine.scratch();
+        let mut out = Vec::with_capacity(4096);
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                out.clear();
+                let r = engine.handle_from(black_box(PING), &source, &mut scratch, &mut out);
+                let _ = black_box((r, &out));
+            });
+        });
+    }
+    g.finish();
+}
+
 fn metrics(c: &mut Criterion) {
     bench_pair(c, "metrics", PING, 1);
     let batch: Vec<String> = (0..100)
@@ -56,5 +91,5 @@ fn metrics(c: &mut Criterion) {
     bench_pair(c, "metrics_batch", batch.as_bytes(), 100);
 }
 
-criterion_group!(benches, metrics);
+criterion_group!(benches, metrics, observe);
 criterion_main!(benches);
