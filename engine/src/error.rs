@@ -511,4 +511,60 @@ mod tests {
         assert_eq!(e.code(), INVALID_PARAMS);
         assert_eq!(e.message(), "Invalid params: missing field `a`");
     }
+
+    /// `ALL` holds every reason once (the match fails to compile when one is added, so
+    /// whoever adds it also places it), and each reason's strings agree.
+    #[test]
+    fn the_reason_table_is_whole_and_consistent() {
+        let position = |r: Reason| match r {
+            Reason::ParseError => 0,
+            Reason::InvalidRequest => 1,
+            Reason::RequestTooLarge => 2,
+            Reason::BatchTooLarge => 3,
+            Reason::MethodNotFound => 4,
+            Reason::InvalidParams => 5,
+            Reason::InternalError => 6,
+            Reason::ServerBusy => 7,
+            Reason::DedupUnavailable => 8,
+            Reason::DeadlineExceeded => 9,
+            Reason::ResponseTooLarge => 10,
+            Reason::RateLimited => 11,
+            Reason::Unauthenticated => 12,
+            Reason::PermissionDenied => 13,
+            Reason::InProgress => 14,
+            Reason::FingerprintMismatch => 15,
+        };
+        assert_eq!(Reason::ALL.len(), 16);
+        let mut names = std::collections::HashSet::new();
+        for (i, &r) in Reason::ALL.iter().enumerate() {
+            assert_eq!(position(r), i, "{r:?}");
+            let name = r.as_str();
+            assert!(names.insert(name), "{name} twice");
+            assert!(
+                name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{name} is not snake_case"
+            );
+            assert_eq!(r.data_json(), format!(r#"{{"reason":"{name}"}}"#));
+            assert_eq!(Reason::from_name(name), Some(r));
+            assert_eq!(r.to_string(), name);
+            let code = r.code().code();
+            assert!((RESERVED_MIN..=RESERVED_MAX).contains(&code), "{r:?}");
+        }
+        assert_eq!(Reason::from_name("timeout"), None);
+    }
+
+    #[test]
+    fn engine_errors_carry_their_reason_as_data() {
+        let e = RpcError::invalid_params("x");
+        assert_eq!(e.reason(), Some(Reason::InvalidParams));
+        assert_eq!(e.data(), Some(r#"{"reason":"invalid_params"}"#));
+        // A method's own data is sent instead.
+        let e = RpcError::invalid_params("x").with_data(&[1, 2]);
+        assert_eq!(e.data(), Some("[1,2]"));
+        // Application and relayed errors get no reason.
+        let app = RpcError::application(AppCode::new(7), "m");
+        assert_eq!((app.reason(), app.data()), (None, None));
+        let relayed = RpcError::relay(-32601, "Method not found", None);
+        assert_eq!((relayed.reason(), relayed.data()), (None, None));
+    }
 }

@@ -241,3 +241,36 @@ impl io::Write for Bounded<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_errors_are_written_with_their_reason() {
+        let mut out = Vec::new();
+        write_error(
+            &mut out,
+            Id::UInt(1),
+            Reason::MethodNotFound,
+            format_args!("Method not found: {}", "a\"b"),
+        );
+        assert_eq!(
+            out,
+            br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"Method not found: a\"b","data":{"reason":"method_not_found"}}}"#
+        );
+        out.clear();
+        write_prefix(&mut out, Id::Null);
+        write_reason_tail(&mut out, Reason::RateLimited, format_args!("L"), Some(250));
+        assert_eq!(
+            out,
+            br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32005,"message":"L","data":{"reason":"rate_limited","retryAfterMs":250}}}"#
+        );
+        out.clear();
+        write_rpc_error(&mut out, Id::UInt(2), &RpcError::relay(-32005, "up", None));
+        assert_eq!(
+            out,
+            br#"{"jsonrpc":"2.0","id":2,"error":{"code":-32005,"message":"up"}}"#
+        );
+    }
+}
