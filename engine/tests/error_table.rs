@@ -120,6 +120,47 @@ fn every_row_over_a_socket() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// The client's view: `ServerError::reason` and `retry_after` over TCP and HTTP.
+#[cfg(feature = "client")]
+#[test]
+fn the_client_reads_reason_and_hint() {
+    use ringrpc::client::{Client, Error};
+    let server_error = |r: Result<Value, Error>| match r {
+        Err(Error::Server(e)) => e,
+        other => panic!("not a server error: {other:?}"),
+    };
+    let s = served(Config::default(), ServerConfig::default());
+    let guard = Guard::new().with_peer_rate_limit("0.1:1").unwrap();
+    let limited = Served::start(
+        engine(Config::default()).with_guard(guard),
+        ServerConfig::default(),
+    );
+    for (plain, metered) in [
+        (format!("tcp://{}", s.tcp), format!("tcp://{}", limited.tcp)),
+        (
+            format!("http://{}/", s.http),
+            format!("http://{}/", limited.http),
+        ),
+    ] {
+        let c = Client::connect(&plain).unwrap();
+        let e = server_error(c.call("nope", [0]));
+        assert_eq!(e.reason(), Some("method_not_found"), "{plain}: {e}");
+        assert_eq!(e.retry_after(), None);
+        let e = server_error(c.call("subtract", ["a", "b"]));
+        assert_eq!(
+            e.reason().and_then(Reason::from_name),
+            Some(Reason::InvalidParams)
+        );
+        // The first call of this peer passes (over HTTP too: the TCP one was charged
+        // to the same address, so only the first URL's call passes).
+        let c = Client::connect(&metered).unwrap();
+        let refused = (0..2).find_map(|_| c.call::<Value, _>("ping", ()).err());
+        let e = server_error(Err(refused.expect("no call was limited")));
+        assert_eq!(e.reason(), Some("rate_limited"), "{metered}: {e}");
+        assert!(e.retry_after().is_some_and(|d| !d.is_zero()), "{e}");
+    }
+}
+
 /// Whether `answer` (a whole response object) is `row`'s error.
 fn check(row: &Row, answer: &Value) -> Result<(), String> {
     let error = answer.get("error").ok_or("not an error")?;
