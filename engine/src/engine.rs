@@ -433,12 +433,12 @@ impl Engine {
 
     #[cold]
     fn parse_error(&self, e: &simd_json::Error, out: &mut Vec<u8>) {
-        let code = Reason::ParseError;
+        let reason = Reason::ParseError;
         if let ErrorType::DepthLimitExceeded = e.error() {
             return write_error(
                 out,
                 Id::Null,
-                code,
+                reason,
                 format_args!(
                     "Parse error: nesting deeper than max_depth ({} levels)",
                     self.config.max_depth
@@ -470,7 +470,7 @@ impl Engine {
         write_error(
             out,
             Id::Null,
-            code,
+            reason,
             format_args!("Parse error: {what} (near byte {})", e.index()),
         );
     }
