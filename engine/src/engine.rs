@@ -20,7 +20,7 @@ use crate::dispatch::dispatch;
 use crate::dispatch::hooks::{Answered, Hooks};
 use crate::dispatch::registry::{Handler, Registry};
 use crate::dispatch::responder::{Complete, Responder, Tag};
-use crate::error::{ErrorCode, FrameError};
+use crate::error::{ErrorCode, FrameError, Reason};
 use crate::guard::rate::Limited;
 use crate::guard::Guard;
 use crate::metrics::{Event, Local, Metrics};
@@ -442,7 +442,7 @@ impl Engine {
             FrameError::TooLarge { limit } => write_error(
                 out,
                 Id::Null,
-                ErrorCode::InvalidRequest,
+                Reason::RequestTooLarge,
                 format_args!("Invalid Request: request exceeds max_request_bytes ({limit} bytes)"),
             ),
         }
@@ -490,12 +490,12 @@ impl Engine {
 
     #[cold]
     fn parse_error(&self, e: &simd_json::Error, out: &mut Vec<u8>) {
-        let code = ErrorCode::ParseError;
+        let reason = Reason::ParseError;
         if let ErrorType::DepthLimitExceeded = e.error() {
             return write_error(
                 out,
                 Id::Null,
-                code,
+                reason,
                 format_args!(
                     "Parse error: nesting deeper than max_depth ({} levels)",
                     self.config.max_depth
@@ -527,7 +527,7 @@ impl Engine {
         write_error(
             out,
             Id::Null,
-            code,
+            reason,
             format_args!("Parse error: {what} (near byte {})", e.index()),
         );
     }
@@ -549,7 +549,7 @@ impl Engine {
                 write_error(
                     out,
                     Id::Null,
-                    ErrorCode::InvalidRequest,
+                    Reason::InvalidRequest,
                     format_args!("Invalid Request: empty batch"),
                 );
                 Split::Done(Outcome::Reply)
@@ -560,7 +560,7 @@ impl Engine {
                 write_error(
                     out,
                     Id::Null,
-                    ErrorCode::InvalidRequest,
+                    Reason::BatchTooLarge,
                     format_args!(
                         "Invalid Request: batch of {len} exceeds max_batch_len ({})",
                         self.config.max_batch_len
@@ -622,7 +622,7 @@ impl Engine {
                 write_error(
                     out,
                     invalid.id,
-                    ErrorCode::InvalidRequest,
+                    Reason::InvalidRequest,
                     format_args!("{}", invalid.reason),
                 );
                 return Answer::Wrote;
@@ -1169,7 +1169,7 @@ impl Deferrals for Wait<'_> {
                 write_error(
                     out,
                     id.as_id(),
-                    ErrorCode::RequestTimeout,
+                    Reason::DeadlineExceeded,
                     format_args!("Request timed out: no result within request_timeout ({ms} ms)"),
                 );
                 Some(Some(ErrorCode::RequestTimeout.code()))

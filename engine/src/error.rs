@@ -1,8 +1,10 @@
-//! Error types, one per layer: wire error codes ([`ErrorCode`]), the error a handler
-//! returns ([`RpcError`]), framing errors ([`FrameError`]) and registration errors
+//! Error types, one per layer: wire error codes ([`ErrorCode`]), the stable reason every
+//! engine-made error carries in `data.reason` ([`Reason`]), the error a handler returns
+//! ([`RpcError`]), framing errors ([`FrameError`]) and registration errors
 //! ([`RegisterError`]).
 //!
-//! Every code the engine itself sends is defined here once; docs/PROTOCOL.md lists them.
+//! Every code and reason the engine itself sends is defined here once; docs/PROTOCOL.md
+//! lists them in one table, and `engine/tests/error_table.rs` triggers each row.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -158,6 +160,158 @@ impl ErrorCode {
     }
 }
 
+/// Why the engine itself refused or failed a call: sent as `data.reason` with every
+/// error the engine writes, so clients can tell the cases apart without relying on
+/// numeric codes, which collide across implementations (-32000…-32099 mean different
+/// things in geth, jsonrpsee and EIP-1474).
+///
+/// One reason per meaning, and more than one per code only where a client would act
+/// differently (`-32600`: fix the request, split the batch, or send less; `-32000`: back
+/// off, or the de-duplication store is down). The strings are stable: a reason may be
+/// added, never renamed. Errors a method returns keep their own `data` (a method's
+/// [`RpcError::invalid_params`] is the exception: it is sent with reason
+/// `invalid_params` unless the method attaches data).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Reason {
+    /// `-32700`: not valid JSON, or nested deeper than `max_depth`.
+    ParseError,
+    /// `-32600`: valid JSON but not a valid Request object, or an empty batch.
+    InvalidRequest,
+    /// `-32600`: a frame (line, or HTTP body) over `max_request_bytes`.
+    RequestTooLarge,
+    /// `-32600`: a batch longer than `max_batch_len`; none of it ran.
+    BatchTooLarge,
+    /// `-32601`: no method of that name.
+    MethodNotFound,
+    /// `-32602`: the params do not fit the method.
+    InvalidParams,
+    /// `-32603`: the method panicked, its result did not serialize, or it never answered.
+    InternalError,
+    /// `-32000`: the worker queue was full; the call did not run.
+    ServerBusy,
+    /// `-32000`: the de-duplication store cannot be reached (`--dedup-fail closed`).
+    DedupUnavailable,
+    /// `-32001`: no answer within `request_timeout`.
+    DeadlineExceeded,
+    /// `-32002`: the reply would pass `max_response_bytes`.
+    ResponseTooLarge,
+    /// `-32005`: a rate limit refused the call; `data.retryAfterMs` says when to retry.
+    RateLimited,
+    /// `-32040`: no identity, or an unknown or expired token.
+    Unauthenticated,
+    /// `-32041`: the identity may not call the method.
+    PermissionDenied,
+    /// `-32042`: a retried call still runs under its first attempt; `data.retryAfterMs`
+    /// says when to retry.
+    InProgress,
+    /// `-32043`: a de-duplication key was used before with another method or params.
+    FingerprintMismatch,
+}
+
+impl Reason {
+    /// Every reason, in the order of docs/PROTOCOL.md's table.
+    pub const ALL: &'static [Reason] = &[
+        Self::ParseError,
+        Self::InvalidRequest,
+        Self::RequestTooLarge,
+        Self::BatchTooLarge,
+        Self::MethodNotFound,
+        Self::InvalidParams,
+        Self::InternalError,
+        Self::ServerBusy,
+        Self::DedupUnavailable,
+        Self::DeadlineExceeded,
+        Self::ResponseTooLarge,
+        Self::RateLimited,
+        Self::Unauthenticated,
+        Self::PermissionDenied,
+        Self::InProgress,
+        Self::FingerprintMismatch,
+    ];
+
+    /// The snake_case string sent as `data.reason`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::ParseError => "parse_error",
+            Self::InvalidRequest => "invalid_request",
+            Self::RequestTooLarge => "request_too_large",
+            Self::BatchTooLarge => "batch_too_large",
+            Self::MethodNotFound => "method_not_found",
+            Self::InvalidParams => "invalid_params",
+            Self::InternalError => "internal_error",
+            Self::ServerBusy => "server_busy",
+            Self::DedupUnavailable => "dedup_unavailable",
+            Self::DeadlineExceeded => "deadline_exceeded",
+            Self::ResponseTooLarge => "response_too_large",
+            Self::RateLimited => "rate_limited",
+            Self::Unauthenticated => "unauthenticated",
+            Self::PermissionDenied => "permission_denied",
+            Self::InProgress => "in_progress",
+            Self::FingerprintMismatch => "fingerprint_mismatch",
+        }
+    }
+
+    /// The reason named `s` (what a client reads from `data.reason`), if it is one.
+    pub fn from_name(s: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|r| r.as_str() == s)
+    }
+
+    /// The code sent with this reason.
+    pub const fn code(self) -> ErrorCode {
+        match self {
+            Self::ParseError => ErrorCode::ParseError,
+            Self::InvalidRequest | Self::RequestTooLarge | Self::BatchTooLarge => {
+                ErrorCode::InvalidRequest
+            }
+            Self::MethodNotFound => ErrorCode::MethodNotFound,
+            Self::InvalidParams => ErrorCode::InvalidParams,
+            Self::InternalError => ErrorCode::InternalError,
+            Self::ServerBusy | Self::DedupUnavailable => ErrorCode::ServerBusy,
+            Self::DeadlineExceeded => ErrorCode::RequestTimeout,
+            Self::ResponseTooLarge => ErrorCode::ResponseTooLarge,
+            Self::RateLimited => ErrorCode::LimitExceeded,
+            Self::Unauthenticated => ErrorCode::Unauthenticated,
+            Self::PermissionDenied => ErrorCode::PermissionDenied,
+            Self::InProgress => ErrorCode::InProgress,
+            Self::FingerprintMismatch => ErrorCode::FingerprintMismatch,
+        }
+    }
+
+    /// Whether `data` carries `retryAfterMs` with this reason.
+    pub const fn has_retry_after(self) -> bool {
+        matches!(self, Self::RateLimited | Self::InProgress)
+    }
+
+    /// `{"reason":"…"}`, as static text: written without formatting or allocating.
+    pub(crate) const fn data_json(self) -> &'static str {
+        match self {
+            Self::ParseError => r#"{"reason":"parse_error"}"#,
+            Self::InvalidRequest => r#"{"reason":"invalid_request"}"#,
+            Self::RequestTooLarge => r#"{"reason":"request_too_large"}"#,
+            Self::BatchTooLarge => r#"{"reason":"batch_too_large"}"#,
+            Self::MethodNotFound => r#"{"reason":"method_not_found"}"#,
+            Self::InvalidParams => r#"{"reason":"invalid_params"}"#,
+            Self::InternalError => r#"{"reason":"internal_error"}"#,
+            Self::ServerBusy => r#"{"reason":"server_busy"}"#,
+            Self::DedupUnavailable => r#"{"reason":"dedup_unavailable"}"#,
+            Self::DeadlineExceeded => r#"{"reason":"deadline_exceeded"}"#,
+            Self::ResponseTooLarge => r#"{"reason":"response_too_large"}"#,
+            Self::RateLimited => r#"{"reason":"rate_limited"}"#,
+            Self::Unauthenticated => r#"{"reason":"unauthenticated"}"#,
+            Self::PermissionDenied => r#"{"reason":"permission_denied"}"#,
+            Self::InProgress => r#"{"reason":"in_progress"}"#,
+            Self::FingerprintMismatch => r#"{"reason":"fingerprint_mismatch"}"#,
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A JSON-RPC error object as a handler returns it: code, message and optional `data`.
 ///
 /// Handlers can produce [`RpcError::invalid_params`] and [`RpcError::application`]
@@ -168,25 +322,26 @@ pub struct RpcError {
     message: Cow<'static, str>,
     /// Serialized JSON text of `data`, if any.
     data: Option<Box<str>>,
+    /// The engine's reason, sent as `data` (static text) when no `data` is attached.
+    reason: Option<Reason>,
 }
 
 impl RpcError {
-    /// An error with the given code and message.
-    pub(crate) fn new(code: ErrorCode, message: impl Into<Cow<'static, str>>) -> Self {
+    /// An error the engine makes, with `reason`'s code.
+    pub(crate) fn new(reason: Reason, message: impl Into<Cow<'static, str>>) -> Self {
         Self {
-            code,
+            code: reason.code(),
             message: message.into(),
             data: None,
+            reason: Some(reason),
         }
     }
 
-    /// `-32602 Invalid params` with a message saying what is wrong.
+    /// `-32602 Invalid params` with a message saying what is wrong; sent with
+    /// `"data":{"reason":"invalid_params"}` unless data is attached.
     #[cold]
     pub fn invalid_params(message: impl fmt::Display) -> Self {
-        Self::new(
-            ErrorCode::InvalidParams,
-            format!("Invalid params: {message}"),
-        )
+        Self::new(Reason::InvalidParams, format!("Invalid params: {message}"))
     }
 
     /// An application (business) error with its own code.
@@ -199,7 +354,12 @@ impl RpcError {
     /// ```
     #[cold]
     pub fn application(code: AppCode, message: impl Into<Cow<'static, str>>) -> Self {
-        Self::new(ErrorCode::Application(code), message)
+        Self {
+            code: ErrorCode::Application(code),
+            message: message.into(),
+            data: None,
+            reason: None,
+        }
     }
 
     /// An error object relayed as another server sent it (what a proxy needs): any
@@ -241,11 +401,13 @@ impl RpcError {
             code,
             message: message.into(),
             data: data.map(Into::into),
+            reason: None,
         }
     }
 
-    /// Attaches `data`, serialized now. If `data` cannot be serialized the error keeps
-    /// no data (a handler's error path must not fail).
+    /// Attaches `data`, serialized now; it is sent in place of an engine reason. If
+    /// `data` cannot be serialized the error keeps no data (a handler's error path must
+    /// not fail).
     #[cold]
     pub fn with_data<T: serde::Serialize + ?Sized>(mut self, data: &T) -> Self {
         self.data = serde_json::to_string(data).ok().map(String::into_boxed_str);
@@ -267,9 +429,18 @@ impl RpcError {
         &self.message
     }
 
-    /// The JSON text of `data`, if any.
+    /// The JSON text of `data` as it is sent: attached data, else the engine's
+    /// `{"reason":"…"}`, else none.
     pub fn data(&self) -> Option<&str> {
-        self.data.as_deref()
+        self.data
+            .as_deref()
+            .or_else(|| self.reason.map(Reason::data_json))
+    }
+
+    /// The engine's reason for this error (`None` for application and relayed errors).
+    /// Attached `data`, if any, is sent in its place.
+    pub fn reason(&self) -> Option<Reason> {
+        self.reason
     }
 }
 
@@ -339,5 +510,61 @@ mod tests {
         let e = RpcError::invalid_params("missing field `a`");
         assert_eq!(e.code(), INVALID_PARAMS);
         assert_eq!(e.message(), "Invalid params: missing field `a`");
+    }
+
+    /// `ALL` holds every reason once (the match fails to compile when one is added, so
+    /// whoever adds it also places it), and each reason's strings agree.
+    #[test]
+    fn the_reason_table_is_whole_and_consistent() {
+        let position = |r: Reason| match r {
+            Reason::ParseError => 0,
+            Reason::InvalidRequest => 1,
+            Reason::RequestTooLarge => 2,
+            Reason::BatchTooLarge => 3,
+            Reason::MethodNotFound => 4,
+            Reason::InvalidParams => 5,
+            Reason::InternalError => 6,
+            Reason::ServerBusy => 7,
+            Reason::DedupUnavailable => 8,
+            Reason::DeadlineExceeded => 9,
+            Reason::ResponseTooLarge => 10,
+            Reason::RateLimited => 11,
+            Reason::Unauthenticated => 12,
+            Reason::PermissionDenied => 13,
+            Reason::InProgress => 14,
+            Reason::FingerprintMismatch => 15,
+        };
+        assert_eq!(Reason::ALL.len(), 16);
+        let mut names = std::collections::HashSet::new();
+        for (i, &r) in Reason::ALL.iter().enumerate() {
+            assert_eq!(position(r), i, "{r:?}");
+            let name = r.as_str();
+            assert!(names.insert(name), "{name} twice");
+            assert!(
+                name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{name} is not snake_case"
+            );
+            assert_eq!(r.data_json(), format!(r#"{{"reason":"{name}"}}"#));
+            assert_eq!(Reason::from_name(name), Some(r));
+            assert_eq!(r.to_string(), name);
+            let code = r.code().code();
+            assert!((RESERVED_MIN..=RESERVED_MAX).contains(&code), "{r:?}");
+        }
+        assert_eq!(Reason::from_name("timeout"), None);
+    }
+
+    #[test]
+    fn engine_errors_carry_their_reason_as_data() {
+        let e = RpcError::invalid_params("x");
+        assert_eq!(e.reason(), Some(Reason::InvalidParams));
+        assert_eq!(e.data(), Some(r#"{"reason":"invalid_params"}"#));
+        // A method's own data is sent instead.
+        let e = RpcError::invalid_params("x").with_data(&[1, 2]);
+        assert_eq!(e.data(), Some("[1,2]"));
+        // Application and relayed errors get no reason.
+        let app = RpcError::application(AppCode::new(7), "m");
+        assert_eq!((app.reason(), app.data()), (None, None));
+        let relayed = RpcError::relay(-32601, "Method not found", None);
+        assert_eq!((relayed.reason(), relayed.data()), (None, None));
     }
 }

@@ -124,7 +124,7 @@ pub use dispatch::hooks::{Answered, Hooks};
 pub use dispatch::registry::{Registry, RegistryBuilder};
 pub use dispatch::responder::Responder;
 pub use engine::{Engine, Outcome, Scratch};
-pub use error::{AppCode, ErrorCode, FrameError, RegisterError, RpcError};
+pub use error::{AppCode, ErrorCode, FrameError, Reason, RegisterError, RpcError};
 pub use serializer::ResultWriter;
 
 /// The README's examples, compiled and run as doctests (they use the client too).

@@ -120,6 +120,26 @@ impl ServerError {
         let ms = data.as_object()?.get("retryAfterMs")?.as_f64()?;
         (ms >= 0.0).then(|| Duration::try_from_secs_f64(ms / 1000.0).unwrap_or(Duration::MAX))
     }
+
+    /// Why the server refused or failed the call: `data.reason`, which ringrpc sends
+    /// with every error it makes itself (`"rate_limited"`, `"deadline_exceeded"`…: see
+    /// [`Reason`](crate::Reason) and docs/PROTOCOL.md) and which, unlike the code, means
+    /// the same across servers. `None` if `data` is not an object with a string
+    /// `reason` (a method's own error, or another server's), or if that string is
+    /// written with escapes (no reason is). Parsed on each call; errors are rare.
+    pub fn reason(&self) -> Option<&str> {
+        #[derive(serde::Deserialize)]
+        struct Data<'a> {
+            #[serde(borrow, default)]
+            reason: Option<&'a str>,
+        }
+        let data = self.data.as_deref()?;
+        // A struct also reads from an array (`["x"]`); only an object has a reason.
+        if !data.trim_start().starts_with('{') {
+            return None;
+        }
+        serde_json::from_str::<Data<'_>>(data).ok()?.reason
+    }
 }
 
 impl fmt::Display for ServerError {
@@ -186,5 +206,47 @@ mod tests {
         }
         assert_eq!(hint(Some(r#"{"retryAfterMs":1e300}"#)), Some(Duration::MAX));
         assert!(Error::Server(e(None)).is_transient());
+    }
+
+    #[test]
+    fn reason_reads_data_reason() {
+        let reason = |data: Option<&str>| {
+            ServerError {
+                code: -32005,
+                message: "Limit exceeded".into(),
+                data: data.map(str::to_owned),
+            }
+            .reason()
+            .map(str::to_owned)
+        };
+        assert_eq!(
+            reason(Some(r#"{"reason":"rate_limited","retryAfterMs":5}"#)).as_deref(),
+            Some("rate_limited")
+        );
+        assert_eq!(
+            reason(Some(
+                r#" {"retryAfterMs":5, "reason" : "in_progress", "x":[1]}"#
+            ))
+            .as_deref(),
+            Some("in_progress")
+        );
+        for none in [
+            None,
+            Some("null"),
+            Some(r#""rate_limited""#),
+            Some(r#"["rate_limited"]"#),
+            Some(r#"{"retryAfterMs":5}"#),
+            Some(r#"{"reason":7}"#),
+            Some(r#"{"reason":null}"#),
+            Some(r#"{"reason":"a\u0062"}"#),
+            Some("{not json"),
+        ] {
+            assert_eq!(reason(none), None, "{none:?}");
+        }
+        // Every reason the engine sends reads back as itself.
+        for r in crate::Reason::ALL {
+            let data = format!(r#"{{"reason":"{r}"}}"#);
+            assert_eq!(reason(Some(&data)).as_deref(), Some(r.as_str()));
+        }
     }
 }

@@ -65,9 +65,10 @@ use std::time::Duration;
 
 use crate::codec::Id;
 use crate::error::{
-    INVALID_PARAMS, INVALID_REQUEST, LIMIT_EXCEEDED, METHOD_NOT_FOUND, PARSE_ERROR, SERVER_BUSY,
+    Reason, INVALID_PARAMS, INVALID_REQUEST, LIMIT_EXCEEDED, METHOD_NOT_FOUND, PARSE_ERROR,
+    SERVER_BUSY,
 };
-use crate::serializer::response::{write_error_tail, write_prefix};
+use crate::serializer::response::{write_prefix, write_reason_tail};
 
 /// The default time a stored answer is kept: 10 minutes.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
@@ -292,26 +293,30 @@ pub(crate) fn write_replay(out: &mut Vec<u8>, id: Id<'_>, tail: &[u8]) {
 #[cold]
 pub(crate) fn write_refusal(out: &mut Vec<u8>, id: Id<'_>, claim: Claim) -> i32 {
     write_prefix(out, id);
-    let (code, message, data): (i32, &str, &str) = match claim {
+    let (reason, message, retry_after_ms) = match claim {
         Claim::InProgress => (
-            crate::error::IN_PROGRESS,
+            Reason::InProgress,
             "In progress: a call with this id is still running; retry later",
-            r#"{"reason":"in_progress","retryAfterMs":100}"#,
+            Some(IN_PROGRESS_RETRY_MS),
         ),
         Claim::Mismatch => (
-            crate::error::FINGERPRINT_MISMATCH,
+            Reason::FingerprintMismatch,
             "Fingerprint mismatch: this id was used before with another method or params",
-            r#"{"reason":"fingerprint_mismatch"}"#,
+            None,
         ),
         _ => (
-            SERVER_BUSY,
+            Reason::DedupUnavailable,
             "Server busy: the de-duplication store cannot be reached",
-            r#"{"reason":"dedup_unavailable"}"#,
+            None,
         ),
     };
-    write_error_tail(out, code, format_args!("{message}"), Some(data));
-    code
+    write_reason_tail(out, reason, format_args!("{message}"), retry_after_ms);
+    reason.code().code()
 }
+
+/// The retry hint sent with `-32042 In progress`: short, as a first attempt that is
+/// still running is usually about to finish.
+const IN_PROGRESS_RETRY_MS: u64 = 100;
 
 /// A de-duplication store that cannot be set up.
 #[derive(Debug, thiserror::Error)]

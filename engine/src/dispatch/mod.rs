@@ -9,7 +9,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::codec::request::Request;
 use crate::codec::Id;
-use crate::error::{ErrorCode, RpcError};
+use crate::error::{ErrorCode, Reason, RpcError};
 use crate::serializer::response::{write_error, write_prefix, write_rpc_error};
 use crate::serializer::ResultWriter;
 use context::{Context, Source};
@@ -128,7 +128,7 @@ fn not_found(req: Request<'_>, out: &mut Vec<u8>) -> Dispatched {
         write_error(
             out,
             id,
-            ErrorCode::MethodNotFound,
+            Reason::MethodNotFound,
             format_args!("Method not found: {}", req.method),
         );
         return Dispatched { wrote: true, code };
@@ -139,7 +139,7 @@ fn not_found(req: Request<'_>, out: &mut Vec<u8>) -> Dispatched {
 #[cold]
 fn not_plain() -> RpcError {
     RpcError::new(
-        ErrorCode::InternalError,
+        Reason::InternalError,
         "Internal error: a deferred method was dispatched inline",
     )
 }
@@ -194,7 +194,7 @@ fn panicked(method: &str, id: Id<'_>, start: usize, out: &mut Vec<u8>) {
     write_error(
         out,
         id,
-        ErrorCode::InternalError,
+        Reason::InternalError,
         format_args!("Internal error: the method `{method}` panicked"),
     );
 }
@@ -203,7 +203,7 @@ fn panicked(method: &str, id: Id<'_>, start: usize, out: &mut Vec<u8>) {
 #[cold]
 pub(crate) fn too_large(max: usize) -> RpcError {
     RpcError::new(
-        ErrorCode::ResponseTooLarge,
+        Reason::ResponseTooLarge,
         format!("Response too large: the reply would exceed max_response_bytes ({max} bytes)"),
     )
 }

@@ -17,7 +17,7 @@ use crate::dedup::Ticket;
 use crate::dispatch::hooks::{Answered, Hooks};
 use crate::dispatch::too_large;
 use crate::engine::OwnedId;
-use crate::error::{ErrorCode, RpcError};
+use crate::error::{ErrorCode, Reason, RpcError};
 use crate::serializer::response::{write_error, write_prefix, write_rpc_error};
 use crate::serializer::ResultWriter;
 
@@ -250,7 +250,7 @@ impl Drop for Responder {
             write_error(
                 &mut out,
                 b.id.as_id(),
-                ErrorCode::InternalError,
+                Reason::InternalError,
                 format_args!(
                     "Internal error: the method gave no answer (its responder was dropped, \
                      or it panicked)"

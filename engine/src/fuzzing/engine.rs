@@ -336,15 +336,23 @@ fn check_answer(got: &Json, want: &Answer, lenient: bool, ctx: &dyn Fn() -> Stri
         };
         let mut names: Vec<&str> = e.iter().map(|(k, _)| k.as_str()).collect();
         names.sort_unstable();
+        // Every error here is the engine's own (the demo methods only fail with
+        // `RpcError::invalid_params`): each carries its reason, which names its code.
         assert!(
-            matches!(
-                names.as_slice(),
-                ["code", "message"] | ["code", "data", "message"]
-            ),
+            names.as_slice() == ["code", "data", "message"],
             "error members {names:?}; {}",
             ctx()
         );
         let error = got.get("error").unwrap_or(&Json::Null);
+        let reason = match error.get("data").and_then(|d| d.get("reason")) {
+            Some(Json::Str(r)) => crate::Reason::from_name(r),
+            _ => None,
+        };
+        assert!(
+            reason.map(|r| i64::from(r.code().code())) == error.get("code").and_then(as_i64),
+            "error data.reason {reason:?} does not name its code; {}",
+            ctx()
+        );
         assert!(
             matches!(error.get("message"), Some(Json::Str(_))),
             "error message is not a string; {}",

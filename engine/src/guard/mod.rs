@@ -70,9 +70,9 @@ use subtle::ConstantTimeEq;
 
 use crate::codec::{Id, Params};
 use crate::dispatch::context::{Headers, Peer, Source, Transport};
-use crate::error::ErrorCode;
+use crate::error::{ErrorCode, Reason};
 use crate::serializer::json::write_str;
-use crate::serializer::response::{write_error_tail, write_prefix};
+use crate::serializer::response::{write_prefix, write_reason_tail};
 use jwt::{JwtCache, JwtSecret};
 use keys::{Allow, Keys, Principal};
 use rate::{now_ns, Limited, PeerLimiter, Rate};
@@ -559,12 +559,17 @@ pub(crate) enum Denied {
 impl Denied {
     /// The error code answered.
     pub(crate) fn code(self) -> ErrorCode {
+        self.reason().code()
+    }
+
+    /// The reason sent with the answer (`data.reason`).
+    pub(crate) fn reason(self) -> Reason {
         match self {
-            Self::Unauthenticated(_) => ErrorCode::Unauthenticated,
-            Self::Forbidden => ErrorCode::PermissionDenied,
-            Self::Limited(_) => ErrorCode::LimitExceeded,
-            Self::NoAuth | Self::HttpAuth => ErrorCode::MethodNotFound,
-            Self::AuthParams => ErrorCode::InvalidParams,
+            Self::Unauthenticated(_) => Reason::Unauthenticated,
+            Self::Forbidden => Reason::PermissionDenied,
+            Self::Limited(_) => Reason::RateLimited,
+            Self::NoAuth | Self::HttpAuth => Reason::MethodNotFound,
+            Self::AuthParams => Reason::InvalidParams,
         }
     }
 
@@ -573,65 +578,46 @@ impl Denied {
     #[cold]
     pub(crate) fn write(self, out: &mut Vec<u8>, id: Id<'_>, method: &str, who: Option<&str>) {
         write_prefix(out, id);
-        let code = self.code().code();
-        let mut data = [0u8; 64];
-        let data = match self {
-            Self::Unauthenticated(_) => Some(&br#"{"reason":"unauthenticated"}"#[..]),
-            Self::Forbidden => Some(&br#"{"reason":"permission_denied"}"#[..]),
-            Self::Limited(l) => {
-                let mut w = &mut data[..];
-                let _ = std::io::Write::write_fmt(
-                    &mut w,
-                    format_args!(
-                        r#"{{"reason":"rate_limited","retryAfterMs":{}}}"#,
-                        l.retry_after_ms()
-                    ),
-                );
-                let n = 64 - w.len();
-                Some(&data[..n])
-            }
-            _ => None,
-        };
-        let data = data.and_then(|d| std::str::from_utf8(d).ok());
+        let reason = self.reason();
         match self {
             Self::Unauthenticated(why) => {
-                write_error_tail(out, code, format_args!("Unauthenticated: {why}"), data)
+                write_reason_tail(out, reason, format_args!("Unauthenticated: {why}"), None)
             }
             Self::Forbidden => {
                 let who = who.unwrap_or("this caller");
-                write_error_tail(
+                write_reason_tail(
                     out,
-                    code,
+                    reason,
                     format_args!("Permission denied: {who} may not call {method}"),
-                    data,
+                    None,
                 )
             }
-            Self::Limited(l) => write_error_tail(
+            Self::Limited(l) => write_reason_tail(
                 out,
-                code,
+                reason,
                 format_args!(
                     "Limit exceeded: rate limit reached, retry in {} ms",
                     l.retry_after_ms()
                 ),
-                data,
+                Some(l.retry_after_ms()),
             ),
-            Self::NoAuth => write_error_tail(
+            Self::NoAuth => write_reason_tail(
                 out,
-                code,
+                reason,
                 format_args!("Method not found: rpc.auth (this server does not authenticate)"),
                 None,
             ),
-            Self::HttpAuth => write_error_tail(
+            Self::HttpAuth => write_reason_tail(
                 out,
-                code,
+                reason,
                 format_args!(
                     "Method not found: rpc.auth is for TCP, Unix and stdio connections; HTTP sends Authorization: Bearer TOKEN with each request"
                 ),
                 None,
             ),
-            Self::AuthParams => write_error_tail(
+            Self::AuthParams => write_reason_tail(
                 out,
-                code,
+                reason,
                 format_args!(r#"Invalid params: rpc.auth takes {{"token": "…"}}"#),
                 None,
             ),

@@ -11,7 +11,7 @@ use std::io;
 
 use super::json::{escape_into, write_id, write_str, write_value, EscapeWriter};
 use crate::codec::{Id, Params};
-use crate::error::{ErrorCode, RpcError};
+use crate::error::{Reason, RpcError};
 
 /// Writes `{"jsonrpc":"2.0","id":ID,` — the part shared by results and errors.
 #[inline]
@@ -28,6 +28,42 @@ pub(crate) fn write_error_tail(
     message: fmt::Arguments<'_>,
     data: Option<&str>,
 ) {
+    write_code_and_message(out, code, message);
+    if let Some(data) = data {
+        out.extend_from_slice(br#","data":"#);
+        out.extend_from_slice(data.as_bytes());
+    }
+    out.extend_from_slice(b"}}");
+}
+
+/// Writes the `"error":{...}}` tail of an error the engine made: `reason`'s code, the
+/// message, and `"data":{"reason":"…"}` (with `"retryAfterMs":N` when given). The data
+/// is static text and an integer: nothing is allocated or formatted for it.
+#[cold]
+pub(crate) fn write_reason_tail(
+    out: &mut Vec<u8>,
+    reason: Reason,
+    message: fmt::Arguments<'_>,
+    retry_after_ms: Option<u64>,
+) {
+    write_code_and_message(out, reason.code().code(), message);
+    out.extend_from_slice(br#","data":"#);
+    let data = reason.data_json();
+    match retry_after_ms {
+        None => out.extend_from_slice(data.as_bytes()),
+        Some(ms) => {
+            // The static `{"reason":"…"` without its closing brace, then the hint.
+            out.extend_from_slice(data.strip_suffix('}').unwrap_or(data).as_bytes());
+            out.extend_from_slice(br#","retryAfterMs":"#);
+            out.extend_from_slice(itoa::Buffer::new().format(ms).as_bytes());
+            out.push(b'}');
+        }
+    }
+    out.extend_from_slice(b"}}");
+}
+
+/// Writes `"error":{"code":C,"message":"M"` (still open for `data`).
+fn write_code_and_message(out: &mut Vec<u8>, code: i32, message: fmt::Arguments<'_>) {
     out.extend_from_slice(br#""error":{"code":"#);
     out.extend_from_slice(itoa::Buffer::new().format(code).as_bytes());
     out.extend_from_slice(br#","message":""#);
@@ -39,23 +75,19 @@ pub(crate) fn write_error_tail(
         }
     }
     out.push(b'"');
-    if let Some(data) = data {
-        out.extend_from_slice(br#","data":"#);
-        out.extend_from_slice(data.as_bytes());
-    }
-    out.extend_from_slice(b"}}");
 }
 
-/// Writes a whole error response with a formatted message.
+/// Writes a whole error response the engine made, with `reason`'s code and data and a
+/// formatted message.
 #[cold]
 pub(crate) fn write_error(
     out: &mut Vec<u8>,
     id: Id<'_>,
-    code: ErrorCode,
+    reason: Reason,
     message: fmt::Arguments<'_>,
 ) {
     write_prefix(out, id);
-    write_error_tail(out, code.code(), message, None);
+    write_reason_tail(out, reason, message, None);
 }
 
 /// Writes a whole error response for a handler's [`RpcError`].
@@ -91,7 +123,7 @@ impl<'o> ResultWriter<'o> {
     fn begin(&self) -> Result<(), RpcError> {
         if self.is_written() {
             return Err(RpcError::new(
-                ErrorCode::InternalError,
+                Reason::InternalError,
                 "Internal error: the method wrote more than one result",
             ));
         }
@@ -102,7 +134,7 @@ impl<'o> ResultWriter<'o> {
         if self.out.len() > self.limit {
             self.out.truncate(self.start);
             return Err(RpcError::new(
-                ErrorCode::ResponseTooLarge,
+                Reason::ResponseTooLarge,
                 "Response too large",
             ));
         }
@@ -130,12 +162,12 @@ impl<'o> ResultWriter<'o> {
             self.out.truncate(self.start);
             if too_large {
                 return Err(RpcError::new(
-                    ErrorCode::ResponseTooLarge,
+                    Reason::ResponseTooLarge,
                     "Response too large",
                 ));
             }
             return Err(RpcError::new(
-                ErrorCode::InternalError,
+                Reason::InternalError,
                 format!("Internal error: result did not serialize: {e}"),
             ));
         }
@@ -207,5 +239,38 @@ impl io::Write for Bounded<'_> {
 
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_errors_are_written_with_their_reason() {
+        let mut out = Vec::new();
+        write_error(
+            &mut out,
+            Id::UInt(1),
+            Reason::MethodNotFound,
+            format_args!("Method not found: {}", "a\"b"),
+        );
+        assert_eq!(
+            out,
+            br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"Method not found: a\"b","data":{"reason":"method_not_found"}}}"#
+        );
+        out.clear();
+        write_prefix(&mut out, Id::Null);
+        write_reason_tail(&mut out, Reason::RateLimited, format_args!("L"), Some(250));
+        assert_eq!(
+            out,
+            br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32005,"message":"L","data":{"reason":"rate_limited","retryAfterMs":250}}}"#
+        );
+        out.clear();
+        write_rpc_error(&mut out, Id::UInt(2), &RpcError::relay(-32005, "up", None));
+        assert_eq!(
+            out,
+            br#"{"jsonrpc":"2.0","id":2,"error":{"code":-32005,"message":"up"}}"#
+        );
     }
 }

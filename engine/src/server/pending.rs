@@ -37,7 +37,7 @@ use crate::dispatch::context::{Connection, Transport};
 use crate::dispatch::hooks::{Answered, Hooks};
 use crate::dispatch::responder::{Complete, Responder, Tag};
 use crate::engine::{Deferrals, Engine, OwnedId, Split};
-use crate::error::ErrorCode;
+use crate::error::{ErrorCode, Reason};
 use crate::guard::rate::Limited;
 use crate::metrics::{Event, Inflight, Local};
 use crate::serializer::batch::BatchWriter;
@@ -521,7 +521,7 @@ impl Pending {
                         write_error(
                             &mut err,
                             id.as_id(),
-                            ErrorCode::ServerBusy,
+                            Reason::ServerBusy,
                             format_args!("Server busy: the work queue is full, try again"),
                         );
                         let id = slot.elems[i].id.clone();
@@ -637,7 +637,7 @@ impl Pending {
                 write_error(
                     &mut err,
                     id.as_id(),
-                    ErrorCode::RequestTimeout,
+                    Reason::DeadlineExceeded,
                     format_args!("Request timed out: no result within request_timeout ({ms} ms)"),
                 );
                 slot.push_answer(&err, Some(id.as_id()));
