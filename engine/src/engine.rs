@@ -741,9 +741,9 @@ impl Engine {
         // Claimed here, where it runs: replays and refusals are answered now.
         let ticket = match (dedup, key, req.id) {
             (Some(d), Some(key), Some(id)) => {
-                let fp = d.fingerprint(req.method, req.params.raw_json());
+                let fp = d.fingerprint(req.method, &req.params);
                 match d.store.claim(&key, &fp, id, out) {
-                    Claim::Run => Some((d, key, fp)),
+                    Claim::Run(slot) => Some((d, key, fp, slot)),
                     Claim::Bypass => None,
                     claim => {
                         let code = match claim {
@@ -772,11 +772,12 @@ impl Engine {
                 (Some(id), _) => {
                     let bytes = raw.container_range(nodes).map_or(0, |r| r.len());
                     let mut r = defer.responder(id, req.method, metric, bytes);
-                    if let Some((d, key, fp)) = ticket {
+                    if let Some((d, key, fp, slot)) = ticket {
                         r.set_ticket(Ticket {
                             store: Arc::clone(&d.store),
                             key,
                             fp,
+                            slot,
                         });
                     }
                     r
@@ -822,8 +823,8 @@ impl Engine {
         }
         let mark = out.len();
         let d = dispatch(entry, req, ctx.as_ref(), source, out, limit, max);
-        if let Some((dd, key, fp)) = ticket {
-            crate::dedup::settle(&*dd.store, &key, &fp, &out[mark..], d.code);
+        if let Some((dd, key, fp, slot)) = ticket {
+            crate::dedup::settle(&*dd.store, &key, &fp, slot, &out[mark..], d.code);
         }
         defer.outcome(metric, d.code);
         if let Some(h) = hooks {

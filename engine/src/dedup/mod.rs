@@ -11,9 +11,10 @@
 //!   authenticated. Anonymous calls without the header are not de-duplicated: ids repeat
 //!   across clients (two processes both send id 1).
 //!
-//! With the key a **fingerprint** of the method and the raw params bytes is stored. A
-//! retry of a finished call replays the stored answer (result or error) with the new
-//! request's id; one that arrives while the first still runs answers `-32042` (with
+//! With the key a **fingerprint** of the method and the params is stored: in memory, of
+//! the params as parsed (their values, types, keys and order: whitespace, escapes and the
+//! spelling of a number do not count), in Redis of their raw bytes. A retry of a finished
+//! call replays the stored answer (result or error) with the new request's id; one that arrives while the first still runs answers `-32042` (with
 //! `retryAfterMs`); the same key with another fingerprint answers `-32043` and runs
 //! nothing. Only calls that started are stored: refusals (`-32700`, `-32600`,
 //! `-32601`, `-32602`, `-32005`, `-32000`) free the key again. A call answered
@@ -69,6 +70,7 @@ use crate::error::{
     SERVER_BUSY,
 };
 use crate::serializer::response::{write_prefix, write_reason_tail};
+use crate::Params;
 
 /// The default time a stored answer is kept: 10 minutes.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
@@ -77,16 +79,17 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
 pub const DEFAULT_MAX_BYTES: usize = 64 << 20;
 
 /// A call's key (who, which request) or fingerprint (which method and params), hashed
-/// to 128 bits by the store: keyed SipHash in memory, SHA-256 (the same in every
-/// instance) for Redis.
+/// by the store: randomly seeded foldhash in memory (64 of the 128 bits), SHA-256 cut
+/// to 128 bits (the same in every instance) for Redis.
 pub(crate) type Digest = [u8; 16];
 
 /// What a store says about a claimed key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) enum Claim {
-    /// New: run the call, then [`Store::finish`] (or [`Store::release`]) it.
-    Run,
+    /// New: run the call, then [`Store::finish`] (or [`Store::release`]) it, with this
+    /// slot number (the memory store's place for it; 0 in Redis).
+    Run(u64),
     /// Answered before: the stored answer was written with the new id; its code.
     Replayed(Option<i32>),
     /// The first attempt still runs.
@@ -103,14 +106,36 @@ pub(crate) enum Claim {
 pub(crate) trait Store: Send + Sync {
     /// Hashes the parts of a key or fingerprint (each part length-prefixed).
     fn digest(&self, parts: &[&[u8]]) -> Digest;
+    /// The key of request `id` from identity `who` (see [`Dedup::key`]).
+    fn id_digest(&self, who: &str, id: Id<'_>) -> Digest {
+        // The id, typed: 1, "1" and 1.0 are different ids.
+        let mut num = itoa::Buffer::new();
+        let mut float = ryu::Buffer::new();
+        let (kind, id_bytes): (&[u8], &[u8]) = match id {
+            Id::Null => (b"n", b""),
+            Id::Str(s) => (b"s", s.as_bytes()),
+            Id::Int(i) => (b"i", num.format(i).as_bytes()),
+            Id::UInt(u) => (b"i", num.format(u).as_bytes()),
+            Id::Float(f) => (b"f", float.format(f).as_bytes()),
+        };
+        self.digest(&[b"id", who.as_bytes(), kind, id_bytes])
+    }
+    /// The fingerprint of a call: its method and params. By default (Redis: the same in
+    /// every instance and version) the params' raw bytes, as sent.
+    fn fingerprint(&self, method: &str, params: &Params<'_>) -> Digest {
+        match params.raw_json() {
+            Some(p) => self.digest(&[method.as_bytes(), b"p", p]),
+            None => self.digest(&[method.as_bytes(), b"-"]),
+        }
+    }
     /// Claims `key` for a call with fingerprint `fp`. A replay is written to `out` as a
     /// whole response with `id`.
     fn claim(&self, key: &Digest, fp: &Digest, id: Id<'_>, out: &mut Vec<u8>) -> Claim;
-    /// Stores the answer of a claimed call: `tail` is the response after its id
-    /// (`"result":…}` or `"error":{…}}`), `code` its error code.
-    fn finish(&self, key: &Digest, fp: &Digest, tail: &[u8], code: Option<i32>);
-    /// Frees a claimed key whose call did not start.
-    fn release(&self, key: &Digest, fp: &Digest);
+    /// Stores the answer of a call claimed as `slot` ([`Claim::Run`]): `tail` is the
+    /// response after its id (`"result":…}` or `"error":{…}}`), `code` its error code.
+    fn finish(&self, key: &Digest, fp: &Digest, slot: u64, tail: &[u8], code: Option<i32>);
+    /// Frees a key claimed as `slot` whose call did not start.
+    fn release(&self, key: &Digest, fp: &Digest, slot: u64);
     /// Whether claiming may block on I/O (then never on a reactor thread).
     fn remote(&self) -> bool;
 }
@@ -183,29 +208,14 @@ impl Dedup {
                         .digest(&[b"idem", who.unwrap_or_default().as_bytes(), k, &at]),
                 )
             }
-            (None, Some(who)) => {
-                // The id, typed: 1, "1" and 1.0 are different ids.
-                let mut num = itoa::Buffer::new();
-                let mut float = ryu::Buffer::new();
-                let (kind, id_bytes): (&[u8], &[u8]) = match id {
-                    Id::Null => (b"n", b""),
-                    Id::Str(s) => (b"s", s.as_bytes()),
-                    Id::Int(i) => (b"i", num.format(i).as_bytes()),
-                    Id::UInt(u) => (b"i", num.format(u).as_bytes()),
-                    Id::Float(f) => (b"f", float.format(f).as_bytes()),
-                };
-                Some(self.store.digest(&[b"id", who.as_bytes(), kind, id_bytes]))
-            }
+            (None, Some(who)) => Some(self.store.id_digest(who, id)),
             (None, None) => None,
         }
     }
 
-    /// The fingerprint of a call: its method and raw params bytes.
-    pub(crate) fn fingerprint(&self, method: &str, params: Option<&[u8]>) -> Digest {
-        match params {
-            Some(p) => self.store.digest(&[method.as_bytes(), b"p", p]),
-            None => self.store.digest(&[method.as_bytes(), b"-"]),
-        }
+    /// The fingerprint of a call: its method and params ([`Store::fingerprint`]).
+    pub(crate) fn fingerprint(&self, method: &str, params: &Params<'_>) -> Digest {
+        self.store.fingerprint(method, params)
     }
 }
 
@@ -215,6 +225,8 @@ pub(crate) struct Ticket {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) key: Digest,
     pub(crate) fp: Digest,
+    /// Where the claim put it ([`Claim::Run`]).
+    pub(crate) slot: u64,
 }
 
 impl fmt::Debug for Ticket {
@@ -227,22 +239,23 @@ impl Ticket {
     /// Stores `answer` (a whole response object), or frees the key if the call did not
     /// start (its code says it was refused).
     pub(crate) fn finish(&self, answer: &[u8], code: Option<i32>) {
-        settle(&*self.store, &self.key, &self.fp, answer, code);
+        settle(&*self.store, &self.key, &self.fp, self.slot, answer, code);
     }
 }
 
-/// Stores `answer` (a whole response object) of the call claimed as `key`, or frees the
-/// key if the call did not start (its code says it was refused).
+/// Stores `answer` (a whole response object) of the call claimed as `key` in `slot`, or
+/// frees the key if the call did not start (its code says it was refused).
 pub(crate) fn settle(
     store: &dyn Store,
     key: &Digest,
     fp: &Digest,
+    slot: u64,
     answer: &[u8],
     code: Option<i32>,
 ) {
     match (not_started(code), tail(answer)) {
-        (false, Some(tail)) => store.finish(key, fp, tail, code),
-        _ => store.release(key, fp),
+        (false, Some(tail)) => store.finish(key, fp, slot, tail, code),
+        _ => store.release(key, fp, slot),
     }
 }
 
@@ -277,7 +290,8 @@ pub(crate) fn tail(answer: &[u8]) -> Option<&[u8]> {
             }
         }
     } else {
-        memchr::memchr(b',', rest)?
+        // A number or `null`: a few bytes, where a plain scan beats memchr's setup.
+        rest.iter().position(|&b| b == b',')?
     };
     rest.get(end..)?.strip_prefix(b",")
 }
@@ -372,6 +386,137 @@ mod tests {
         let mut out = Vec::new();
         write_replay(&mut out, Id::Str("n\"ew"), br#""result":5}"#);
         assert_eq!(out, br#"{"jsonrpc":"2.0","id":"n\"ew","result":5}"#);
+    }
+
+    /// The memory store's fingerprint is of the params as parsed: another spelling of
+    /// the same values is a retry; any other value, type, key or order is a mismatch.
+    #[test]
+    fn fingerprints_see_values_not_spelling() {
+        use crate::guard::{Guard, Session};
+        use crate::{Config, Connection, Engine, Peer, Registry, Source, Transport};
+        let mut b = Registry::builder();
+        b.dedup_method("take", |p: Params<'_>| Ok(p.len())).unwrap();
+        let keys = "[[key]]\nname = \"r\"\ntoken = \"t\"\nallow = [\"take\"]\n";
+        let engine = Engine::new(b.freeze(), Config::default())
+            .with_guard(Guard::new().with_keys_toml(keys).unwrap())
+            .with_dedup(Dedup::memory(1 << 20, Duration::from_secs(600)));
+        let conn = Connection::new(Transport::Tcp, Peer::Unknown, 1);
+        let session = Session::new();
+        let source = Source::new(&conn).with_session(&session);
+        let mut scratch = engine.scratch();
+        let mut call = |frame: &str| {
+            let mut out = Vec::new();
+            let _ = engine.handle_from(frame.as_bytes(), &source, &mut scratch, &mut out);
+            String::from_utf8(out).unwrap()
+        };
+        call(r#"{"jsonrpc":"2.0","method":"rpc.auth","params":{"token":"t"},"id":0}"#);
+        let groups: [(&str, &[&str], &[&str]); 3] = [
+            (
+                r#"[2,"a\"b",{"k":[true,null]}]"#,
+                // The same values, spelled otherwise.
+                &[
+                    r#"[ 2 , "a\"b" , { "k" : [ true , null ] } ]"#,
+                    r#"[2,"a\u0022\u0062",{"\u006b":[true,null]}]"#,
+                ],
+                // Another value, type, length or nesting.
+                &[
+                    r#"[3,"a\"b",{"k":[true,null]}]"#,
+                    r#"[2.0,"a\"b",{"k":[true,null]}]"#,
+                    r#"["2","a\"b",{"k":[true,null]}]"#,
+                    r#"[2,"a\"c",{"k":[true,null]}]"#,
+                    r#"[2,"a\"b",{"j":[true,null]}]"#,
+                    r#"[2,"a\"b",{"k":[false,null]}]"#,
+                    r#"[2,"a\"b",{"k":[true]}]"#,
+                    r#"[2,"a\"b",{"k":[[true],null]}]"#,
+                    r#"[2,"a\"b",{"k":[true,null]},1]"#,
+                    r#"[-2,"a\"b",{"k":[true,null]}]"#,
+                    r#"{"k":2}"#,
+                    r#"[]"#,
+                ],
+            ),
+            (
+                r#"{"a":1,"b":"x"}"#,
+                &[r#"{ "a" : 1 , "b" : "\u0078" }"#],
+                &[
+                    r#"{"b":"x","a":1}"#,
+                    r#"{"a":1}"#,
+                    r#"{"a":1,"b":"x","c":null}"#,
+                    r#"{"a":1e0,"b":"x"}"#,
+                ],
+            ),
+            (
+                r#"[100.0]"#,
+                &[r#"[1e2]"#, r#"[1.00E+2]"#],
+                &[r#"[100]"#, r#"[100.5]"#],
+            ),
+        ];
+        for (n, (first, same, other)) in groups.into_iter().enumerate() {
+            let frame =
+                |p: &str| format!(r#"{{"jsonrpc":"2.0","method":"take","params":{p},"id":{n}}}"#);
+            let answer = call(&frame(first));
+            assert!(answer.contains("result"), "{answer}");
+            for p in same {
+                assert_eq!(call(&frame(p)), answer, "{p}");
+            }
+            for p in other {
+                assert!(call(&frame(p)).contains("-32043"), "{p}");
+            }
+            let absent = format!(r#"{{"jsonrpc":"2.0","method":"take","id":{n}}}"#);
+            assert!(call(&absent).contains("-32043"));
+        }
+    }
+
+    /// A driver for instruction counts, not a check: `DEDUP_CALLS` calls of `incr`
+    /// (a new id each, cycled over `1 << 18` prebuilt frames, as `benches/guard.rs`
+    /// does) through `Engine::handle_from`, with a memory store of `DEDUP_BYTES`
+    /// (0: none). Run a release build under `valgrind --tool=callgrind` twice with
+    /// different `DEDUP_CALLS`; the difference over the difference in calls is the cost
+    /// per call, setup cancelled.
+    #[test]
+    #[ignore = "a profiling driver: run under callgrind (see its doc)"]
+    fn cost_driver() {
+        use crate::guard::{Guard, Session};
+        use crate::{demo, Config, Connection, Peer, Source, Transport};
+        let env = |name: &str, default: usize| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(default)
+        };
+        let (calls, bytes) = (env("DEDUP_CALLS", 100_000), env("DEDUP_BYTES", 64 << 10));
+        let keys = "[[key]]\nname = \"r\"\ntoken = \"t\"\nallow = [\"incr\", \"get_counter\"]\n";
+        let engine =
+            demo::engine(Config::default()).with_guard(Guard::new().with_keys_toml(keys).unwrap());
+        let engine = if bytes == 0 {
+            engine
+        } else {
+            engine.with_dedup(Dedup::memory(bytes, Duration::from_secs(600)))
+        };
+        let conn = Connection::new(Transport::Tcp, Peer::Unknown, 1);
+        let session = Session::new();
+        let source = Source::new(&conn).with_session(&session);
+        let (mut scratch, mut out) = (engine.scratch(), Vec::with_capacity(1024));
+        let auth = br#"{"jsonrpc":"2.0","method":"rpc.auth","params":{"token":"t"},"id":0}"#;
+        let _ = engine.handle_from(auth, &source, &mut scratch, &mut out);
+        let frames: Vec<Vec<u8>> = (0..1u32 << 18)
+            .map(|i| {
+                format!(r#"{{"jsonrpc":"2.0","method":"incr","params":[1],"id":{i}}}"#).into_bytes()
+            })
+            .collect();
+        for i in 0..calls {
+            out.clear();
+            let frame = &frames[i & ((1 << 18) - 1)];
+            let _ =
+                engine.handle_from(std::hint::black_box(frame), &source, &mut scratch, &mut out);
+        }
+        // The counter says how many calls ran (the rest were replays).
+        out.clear();
+        let get = br#"{"jsonrpc":"2.0","method":"get_counter","id":0}"#;
+        let _ = engine.handle_from(get, &source, &mut scratch, &mut out);
+        eprintln!(
+            "{calls} calls, store {bytes} bytes, ran: {}",
+            String::from_utf8_lossy(&out)
+        );
     }
 
     #[test]

@@ -200,7 +200,7 @@ impl RedisStore {
             Ok(Found::Churning)
         })?;
         let value = match found {
-            Found::Claimed => return Ok(Claim::Run),
+            Found::Claimed => return Ok(Claim::Run(0)),
             // Taken and gone twice in a row: other calls hold it briefly; retry later.
             Found::Churning => return Ok(Claim::InProgress),
             Found::Value(v) => v,
@@ -244,7 +244,7 @@ impl Store for RedisStore {
 
     /// Errors are dropped: the marker then stays until the TTL, and retries meanwhile
     /// answer `-32042`.
-    fn finish(&self, key: &Digest, fp: &Digest, tail: &[u8], code: Option<i32>) {
+    fn finish(&self, key: &Digest, fp: &Digest, _slot: u64, tail: &[u8], code: Option<i32>) {
         let k = redis_key(key);
         let marker = marker(fp);
         let mut value = Vec::with_capacity(1 + 32 + 11 + 1 + tail.len());
@@ -269,7 +269,7 @@ impl Store for RedisStore {
 
     /// Errors are dropped: the marker then stays until the TTL, and retries meanwhile
     /// answer `-32042`.
-    fn release(&self, key: &Digest, fp: &Digest) {
+    fn release(&self, key: &Digest, fp: &Digest, _slot: u64) {
         let k = redis_key(key);
         let marker = marker(fp);
         let _ = self.with_conn(|c| {
@@ -460,7 +460,7 @@ mod tests {
         assert_eq!(open.claim(&k, &fp, Id::Int(1), &mut out), Claim::Bypass);
         assert!(out.is_empty());
         // Neither panics nor blocks.
-        open.finish(&k, &fp, b"x}", None);
-        open.release(&k, &fp);
+        open.finish(&k, &fp, 0, b"x}", None);
+        open.release(&k, &fp, 0);
     }
 }
