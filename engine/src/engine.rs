@@ -297,6 +297,8 @@ impl Engine {
             dedup: None,
             local,
             transport: source.conn.transport(),
+            taken_at: None,
+            fixed: None,
         };
         let split = self.parse_and(frame, source, scratch, out, &mut wait);
         scratch.waiter = wait.waiter;
@@ -308,7 +310,8 @@ impl Engine {
     }
 
     /// Runs a call the server took for its worker pool: `frame` is one request, whose
-    /// hooks the server runs itself. Returns the answer's error code (`None`: a result).
+    /// hooks the server runs itself, and `deadline` the deadline given it where it was
+    /// read. Returns the answer's error code (`None`: a result).
     pub(crate) fn run_job(
         &self,
         frame: &[u8],
@@ -316,6 +319,7 @@ impl Engine {
         scratch: &mut Scratch,
         out: &mut Vec<u8>,
         dedup: Option<Digest>,
+        deadline: Option<Instant>,
     ) -> Option<i32> {
         // The server counts the call when its answer arrives; only events count here.
         let mut run = |local: Option<&Local>| {
@@ -328,6 +332,8 @@ impl Engine {
                 dedup,
                 local,
                 transport: source.conn.transport(),
+                taken_at: None,
+                fixed: Some(deadline),
             };
             let _ = self.parse_and(frame, source, scratch, out, &mut wait);
             scratch.waiter = wait.waiter;
@@ -486,6 +492,8 @@ impl Engine {
     ) -> Split {
         let nodes = raw.root;
         let max = self.config.max_response_bytes;
+        // Read once per frame: it applies to every call of an HTTP request.
+        let header = source.headers.and_then(|h| h.budget_ms());
         match nodes.first() {
             Some(Node::Array { len: 0, .. }) => {
                 defer.outcome(self.unknown(), Some(crate::error::INVALID_REQUEST));
@@ -518,7 +526,7 @@ impl Engine {
                 for (i, elem) in elements(nodes).enumerate() {
                     let mark = batch.element(out);
                     let at = Some(u32::try_from(i).unwrap_or(u32::MAX));
-                    match self.single(elem, raw, source, out, batch.limit(), defer, at) {
+                    match self.single(elem, raw, source, out, batch.limit(), defer, at, header) {
                         Answer::Wrote => batch.kept(),
                         Answer::Nothing => batch.discard(out, mark),
                         Answer::Later => {
@@ -535,7 +543,7 @@ impl Engine {
             }
             _ => {
                 let limit = out.len().saturating_add(max);
-                match self.single(nodes, raw, source, out, limit, defer, None) {
+                match self.single(nodes, raw, source, out, limit, defer, None, header) {
                     Answer::Wrote => Split::Done(Outcome::Reply),
                     Answer::Nothing => Split::Done(Outcome::Nothing),
                     Answer::Later => Split::Single,
@@ -544,7 +552,8 @@ impl Engine {
         }
     }
 
-    /// Answers one request object (or batch element number `element`).
+    /// Answers one request object (or batch element number `element`); `header` is
+    /// the frame's `RPC-Timeout-Ms` budget, if it came with one.
     #[inline]
     #[allow(clippy::too_many_arguments)]
     fn single(
@@ -556,6 +565,7 @@ impl Engine {
         limit: usize,
         defer: &mut dyn Deferrals,
         element: Option<u32>,
+        header: Option<u64>,
     ) -> Answer {
         let max = self.config.max_response_bytes;
         let req = match validate(nodes, raw) {
@@ -577,6 +587,13 @@ impl Engine {
         // none) answered here.
         let plain = entry.is_none_or(crate::dispatch::registry::Entry::is_plain);
         if plain && self.bare {
+            // A budget can only be in a header or in object params: calls with neither
+            // (the common case) pay two tests, no clock read and no scan.
+            if header.is_some() || req.params.is_object() {
+                if let Some(ms) = budget(header, &req.params).filter(|&ms| defer.passed(ms)) {
+                    return self.expired(&req, self.metric(entry), ms, None, out, defer);
+                }
+            }
             let d = crate::dispatch::dispatch_plain(entry, req, out, limit, max);
             defer.outcome(self.metric(entry), d.code);
             return if d.wrote {
@@ -585,7 +602,9 @@ impl Engine {
                 Answer::Nothing
             };
         }
-        self.single_with(req, entry, nodes, raw, source, out, limit, defer, element)
+        self.single_with(
+            req, entry, nodes, raw, source, out, limit, defer, element, header,
+        )
     }
 
     /// [`Engine::single`] for the rest: hooks, context-aware handlers, calls answered
@@ -603,6 +622,7 @@ impl Engine {
         limit: usize,
         defer: &mut dyn Deferrals,
         element: Option<u32>,
+        header: Option<u64>,
     ) -> Answer {
         let max = self.config.max_response_bytes;
         // The server's pool jobs were checked where they were read.
@@ -614,6 +634,16 @@ impl Engine {
             }
         }
         let hooks = self.hooks.as_deref().filter(|_| checks);
+        // A pool job's deadline was set where it was read (the sink's, given back by
+        // `defer.deadline`): its budget is not read again.
+        let budget = if checks {
+            budget(header, &req.params)
+        } else {
+            None
+        };
+        if let Some(ms) = budget.filter(|&ms| defer.passed(ms)) {
+            return self.expired(&req, metric, ms, hooks, out, defer);
+        }
         // De-duplication: the key is made where the call was read (it needs the session
         // and the headers), the claim where the call runs.
         let (dedup, key) = match (&self.dedup, entry, req.id) {
@@ -631,12 +661,15 @@ impl Engine {
         let offload = key.is_some() && dedup.is_some_and(Dedup::remote) && !defer.may_block();
         let kind = entry.map(|e| (e.blocking || offload, &e.handler));
         let later = matches!(kind, Some((true, _) | (_, Handler::Deferred(_))));
+        // The clock is read only for calls answered later and calls with a budget.
+        let deadline = if later || budget.is_some() {
+            defer.deadline(budget)
+        } else {
+            None
+        };
         // A context is built only for hooks and for handlers that read it.
         let ctx = (hooks.is_some() || later || matches!(kind, Some((_, Handler::CallCtx(_)))))
-            .then(|| {
-                let deadline = if later { defer.deadline() } else { None };
-                Context::new(*source, req.method, req.id, deadline)
-            });
+            .then(|| Context::new(*source, req.method, req.id, deadline));
         let started = hooks.map(|_| Instant::now());
         if let (Some(h), Some(ctx)) = (hooks, &ctx) {
             if let Err(e) = h.before(ctx, &req.params) {
@@ -655,7 +688,7 @@ impl Engine {
         }
         if let Some((true, _)) = kind {
             if let Some(range) = raw.container_range(nodes) {
-                if defer.blocking(range, req.id, req.method, metric, key) {
+                if defer.blocking(range, req.id, req.method, metric, key, deadline) {
                     return Answer::Later;
                 }
             }
@@ -688,7 +721,7 @@ impl Engine {
         if let Some((_, Handler::Deferred(f))) = kind {
             let responder = match (req.id, hooks) {
                 (Some(id), _) => {
-                    let mut r = defer.responder(id, req.method, metric);
+                    let mut r = defer.responder(id, req.method, metric, deadline);
                     if let Some((d, key, fp)) = ticket {
                         r.set_ticket(Ticket {
                             store: Arc::clone(&d.store),
@@ -832,6 +865,41 @@ impl Engine {
         }
     }
 
+    /// Refuses a call whose caller's budget of `ms` ran out before it ran: `-32001`
+    /// with `data.reason` `"deadline_exceeded"`, counted and reported like the other
+    /// refusals; nothing runs.
+    #[cold]
+    #[inline(never)]
+    fn expired(
+        &self,
+        req: &crate::codec::request::Request<'_>,
+        metric: u32,
+        ms: u64,
+        hooks: Option<&dyn Hooks>,
+        out: &mut Vec<u8>,
+        defer: &mut dyn Deferrals,
+    ) -> Answer {
+        let code = ErrorCode::RequestTimeout.code();
+        defer.event(Event::DeadlineExceeded);
+        defer.outcome(metric, Some(code));
+        if let Some(h) = hooks {
+            self.after(h, req.method, Some(code), req.id.is_none(), None);
+        }
+        let Some(id) = req.id else {
+            return Answer::Nothing;
+        };
+        crate::serializer::response::write_prefix(out, id);
+        crate::serializer::response::write_error_tail(
+            out,
+            code,
+            format_args!(
+                "Deadline exceeded: the caller's budget of {ms} ms ran out before the call ran"
+            ),
+            Some(r#"{"reason":"deadline_exceeded"}"#),
+        );
+        Answer::Wrote
+    }
+
     /// Runs the after hook for a call answered here.
     #[cold]
     fn after(
@@ -866,6 +934,35 @@ impl Engine {
     }
 }
 
+/// The caller's budget for a call, in milliseconds: the smaller of the frame's
+/// `RPC-Timeout-Ms` (`header`) and the call's `params._meta.timeoutMs`.
+#[inline]
+fn budget(header: Option<u64>, params: &crate::codec::Params<'_>) -> Option<u64> {
+    match (header, params.budget_ms()) {
+        (Some(h), Some(m)) => Some(h.min(m)),
+        (h, m) => h.or(m),
+    }
+}
+
+/// `at + ms`; `None` past what an `Instant` holds (a budget that far off is none).
+fn after_ms(at: Instant, ms: u64) -> Option<Instant> {
+    at.checked_add(std::time::Duration::from_millis(ms))
+}
+
+/// The deadline of a call taken up at `at`: the earlier of `at + timeout` and
+/// `at + budget`.
+pub(crate) fn deadline_of(
+    at: Instant,
+    timeout: Option<std::time::Duration>,
+    budget: Option<u64>,
+) -> Option<Instant> {
+    let by_timeout = timeout.and_then(|t| at.checked_add(t));
+    match (by_timeout, budget.and_then(|ms| after_ms(at, ms))) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// What is left to do for a frame after [`Engine::handle_split`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Split {
@@ -882,7 +979,8 @@ pub(crate) enum Split {
 pub(crate) trait Deferrals {
     /// A call to `method`, a blocking method, at `range` in the frame: return true to
     /// take it (the engine writes nothing for it), false to have it run here.
-    /// `dedup` is its de-duplication key, to claim where it runs.
+    /// `dedup` is its de-duplication key, to claim where it runs; `deadline` is what
+    /// [`Deferrals::deadline`] gave it.
     fn blocking(
         &mut self,
         range: Range<usize>,
@@ -890,6 +988,7 @@ pub(crate) trait Deferrals {
         method: &str,
         metric: u32,
         dedup: Option<Digest>,
+        deadline: Option<Instant>,
     ) -> bool;
     /// Whether calls may block here (the caller's own thread, a pool worker) rather than
     /// on a reactor.
@@ -902,10 +1001,25 @@ pub(crate) trait Deferrals {
         None
     }
     /// A responder for a call (not a notification) to `method` (metric index
-    /// `metric`), a deferred method.
-    fn responder(&mut self, id: Id<'_>, method: &str, metric: u32) -> Responder;
-    /// The deadline of calls answered later in this frame.
-    fn deadline(&mut self) -> Option<Instant>;
+    /// `metric`), a deferred method, answered `-32001` if not answered by `deadline`.
+    fn responder(
+        &mut self,
+        id: Id<'_>,
+        method: &str,
+        metric: u32,
+        deadline: Option<Instant>,
+    ) -> Responder;
+    /// When the frame was taken up: the clock is read on the first call, then the same
+    /// instant is given back for the frame's every call (budgets count from it).
+    fn taken_at(&mut self) -> Instant;
+    /// Whether a caller's budget of `ms` milliseconds has run out.
+    fn passed(&mut self, ms: u64) -> bool {
+        after_ms(self.taken_at(), ms).is_some_and(|d| d <= Instant::now())
+    }
+    /// The deadline of a call answered later, or of one that came with a caller's
+    /// `budget`: the earlier of `request_timeout` and the budget, from
+    /// [`Deferrals::taken_at`].
+    fn deadline(&mut self, budget: Option<u64>) -> Option<Instant>;
     /// After a deferred method's handler returned: `Some(error code)` if its answer
     /// has been written into `out` now (the no-I/O path waits for it), `None` if it
     /// comes later.
@@ -946,6 +1060,11 @@ struct Wait<'e> {
     /// Where to count, if metrics are on.
     local: Option<&'e Local>,
     transport: crate::dispatch::context::Transport,
+    /// When the frame was taken up (read on first need).
+    taken_at: Option<Instant>,
+    /// A pool job's deadline, set where it was read: its calls' deadline, whatever
+    /// the frame holds.
+    fixed: Option<Option<Instant>>,
 }
 
 impl Deferrals for Wait<'_> {
@@ -956,6 +1075,7 @@ impl Deferrals for Wait<'_> {
         _method: &str,
         _metric: u32,
         _dedup: Option<Digest>,
+        _deadline: Option<Instant>,
     ) -> bool {
         false
     }
@@ -993,10 +1113,15 @@ impl Deferrals for Wait<'_> {
         }
     }
 
-    fn responder(&mut self, id: Id<'_>, _method: &str, _metric: u32) -> Responder {
+    fn responder(
+        &mut self,
+        id: Id<'_>,
+        _method: &str,
+        _metric: u32,
+        deadline: Option<Instant>,
+    ) -> Responder {
         let waiter = Arc::clone(self.waiter.get_or_insert_with(Default::default));
         let seq = waiter.expect_next();
-        let deadline = self.deadline();
         self.call = Some((seq, OwnedId::from(id), deadline));
         let tag = Tag {
             conn: 0,
@@ -1012,8 +1137,15 @@ impl Deferrals for Wait<'_> {
         )
     }
 
-    fn deadline(&mut self) -> Option<Instant> {
-        self.config.request_timeout.map(|t| Instant::now() + t)
+    fn taken_at(&mut self) -> Instant {
+        *self.taken_at.get_or_insert_with(Instant::now)
+    }
+
+    fn deadline(&mut self, budget: Option<u64>) -> Option<Instant> {
+        if let Some(fixed) = self.fixed {
+            return fixed;
+        }
+        deadline_of(self.taken_at(), self.config.request_timeout, budget)
     }
 
     fn answered(&mut self, out: &mut Vec<u8>) -> Option<Option<i32>> {

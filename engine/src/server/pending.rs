@@ -146,6 +146,9 @@ pub(crate) struct Elem {
     method: Option<Box<str>>,
     /// The method's metric index.
     metric: u32,
+    /// When it is answered `-32001` if not answered: the earlier of `request_timeout`
+    /// and the caller's budget.
+    deadline: Option<Instant>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -181,6 +184,9 @@ pub(crate) struct Slot {
     conn: Connection,
     /// Its elements still in flight, for the metrics (given up if the slot is dropped).
     inflight: Option<Inflight>,
+    /// The connection's key and generation, to submit queued elements when some expire.
+    key: usize,
+    generation: u64,
 }
 
 impl Slot {
@@ -199,6 +205,8 @@ impl Slot {
             started: Instant::now(),
             conn: Connection::EMBEDDED,
             inflight: None,
+            key: 0,
+            generation: 0,
         }
     }
 
@@ -218,7 +226,8 @@ pub(crate) struct Sink<'p> {
     reply_to: &'p Arc<ReplyTo>,
     tag: Tag,
     timeout: Option<Duration>,
-    deadline: Option<Instant>,
+    /// When the frame was taken up: read on first need (budgets count from it).
+    taken_at: Option<Instant>,
     max: usize,
     /// Hooks are set: keep each call's method for the after hook.
     hooks: bool,
@@ -256,6 +265,7 @@ impl Deferrals for Sink<'_> {
         method: &str,
         metric: u32,
         dedup: Option<Digest>,
+        deadline: Option<Instant>,
     ) -> bool {
         let method = self.method(method);
         self.elems.push(Elem {
@@ -264,11 +274,18 @@ impl Deferrals for Sink<'_> {
             state: ElemState::Queued,
             method,
             metric,
+            deadline,
         });
         true
     }
 
-    fn responder(&mut self, id: Id<'_>, method: &str, metric: u32) -> Responder {
+    fn responder(
+        &mut self,
+        id: Id<'_>,
+        method: &str,
+        metric: u32,
+        deadline: Option<Instant>,
+    ) -> Responder {
         let element = u32::try_from(self.elems.len()).unwrap_or(u32::MAX);
         let method = self.method(method);
         self.elems.push(Elem {
@@ -277,6 +294,7 @@ impl Deferrals for Sink<'_> {
             state: ElemState::Running,
             method,
             metric,
+            deadline,
         });
         let tag = Tag {
             element,
@@ -286,11 +304,12 @@ impl Deferrals for Sink<'_> {
         Responder::new(target, tag, OwnedId::from(id), self.max)
     }
 
-    fn deadline(&mut self) -> Option<Instant> {
-        if self.deadline.is_none() {
-            self.deadline = self.timeout.map(|t| Instant::now() + t);
-        }
-        self.deadline
+    fn taken_at(&mut self) -> Instant {
+        *self.taken_at.get_or_insert_with(Instant::now)
+    }
+
+    fn deadline(&mut self, budget: Option<u64>) -> Option<Instant> {
+        crate::engine::deadline_of(self.taken_at(), self.timeout, budget)
     }
 
     fn answered(&mut self, _out: &mut Vec<u8>) -> Option<Option<i32>> {
@@ -404,7 +423,7 @@ impl Pending {
                 element: 0,
             },
             timeout: self.timeout,
-            deadline: None,
+            taken_at: None,
             max: self.max_response_bytes,
             hooks: self.hooks.is_some(),
             answered: 0,
@@ -416,8 +435,8 @@ impl Pending {
     }
 
     /// The slot for a frame the engine left calls of (`split` is not `Done`), with the
-    /// JSON written so far (`json`: a batch's open array, or nothing), and `deadline`
-    /// the sink gave its calls. Submits its pool calls and sets its timer. The slot may
+    /// JSON written so far (`json`: a batch's open array, or nothing). Submits its pool
+    /// calls and sets a timer for each deadline the sink gave its calls. The slot may
     /// be ready at once (every call refused for a full queue).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn open(
@@ -458,15 +477,23 @@ impl Pending {
             started: Instant::now(),
             conn: *info,
             inflight: self.local.as_ref().map(|l| l.inflight(remaining)),
+            key: conn,
+            generation,
         };
         self.submit(&mut slot, conn, generation);
         if slot.remaining == 0 {
             finish(&mut slot, headers);
-        } else if let Some(t) = self.timeout {
+        } else {
             // Only calls still pending get a timer: the heap holds no dead entries for
-            // calls answered at once (e.g. "server busy").
-            self.timers
-                .push(Reverse((Instant::now() + t, conn, generation, id)));
+            // calls answered at once (e.g. "server busy"). A frame's calls share one
+            // deadline unless their budgets differ: one timer per distinct deadline.
+            let mut last = None;
+            for e in slot.elems.iter().filter(|e| e.state != ElemState::Done) {
+                if let Some(at) = e.deadline.filter(|&at| last != Some(at)) {
+                    self.timers.push(Reverse((at, conn, generation, id)));
+                    last = Some(at);
+                }
+            }
         }
         slot
     }
@@ -494,7 +521,7 @@ impl Pending {
                     element: i as u32,
                 },
                 reply_to: Arc::clone(&self.reply_to),
-                deadline: self.timeout.map(|t| Instant::now() + t),
+                deadline: slot.elems[i].deadline,
                 dedup: *dedup,
             };
             match self.pool.try_submit(job) {
@@ -606,17 +633,28 @@ impl Pending {
         self.timers.peek().map(|Reverse((at, ..))| *at)
     }
 
-    /// Answers every element of `slot` still pending `-32001 Request timed out` (their
-    /// late answers will be dropped) and finishes it.
+    /// Answers every element of `slot` still pending whose deadline has passed
+    /// `-32001 Request timed out` (their late answers will be dropped); finishes the
+    /// slot if none is left, else submits its queued calls in their place.
     pub(crate) fn expire(&self, slot: &mut Slot, headers: &ServerHeaders) {
         if slot.ready {
             return;
         }
         let ms = self.timeout.unwrap_or_default().as_millis();
+        let now = Instant::now();
         for i in 0..slot.elems.len() {
             if slot.elems[i].state == ElemState::Done {
                 continue;
             }
+            // Calls with a later deadline (another budget) wait for their own timer.
+            if slot.elems[i].deadline.is_none_or(|at| at > now) {
+                continue;
+            }
+            if let (Work::Pool(..), ElemState::Running) = (&slot.elems[i].work, slot.elems[i].state)
+            {
+                slot.on_pool -= 1;
+            }
+            slot.remaining -= 1;
             slot.elems[i].state = ElemState::Done;
             if let Some(l) = &self.local {
                 l.event(Event::DeadlineExceeded);
@@ -634,9 +672,12 @@ impl Pending {
             );
             slot.push_answer(&err, Some(id.as_id()));
         }
-        slot.remaining = 0;
-        slot.on_pool = 0;
-        finish(slot, headers);
+        if slot.remaining > 0 {
+            self.submit(slot, slot.key, slot.generation);
+        }
+        if slot.remaining == 0 {
+            finish(slot, headers);
+        }
     }
 }
 
