@@ -278,6 +278,10 @@ pub(crate) struct Ticket {
     id: u64,
 }
 
+/// Writes a request into the buffer given; the `Option<u64>` is the budget to add to
+/// object params as `_meta` (line transports; `None` over HTTP or when none is sent).
+pub(crate) type WriteRequest<'a> = dyn FnMut(&mut Vec<u8>, Option<u64>) -> Result<(), Error> + 'a;
+
 /// What a request carries beyond its bytes.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Carry {
@@ -438,7 +442,7 @@ impl Conn {
         reply: bool,
         carry: Carry,
         deadline: Instant,
-        write: &mut dyn FnMut(&mut Vec<u8>, Option<u64>) -> Result<(), Error>,
+        write: &mut WriteRequest<'_>,
     ) -> Result<Option<Ticket>, SendError> {
         let mut guard = self
             .take_writer(deadline)

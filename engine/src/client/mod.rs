@@ -89,7 +89,7 @@ use crate::codec::Id;
 use crate::config::defaults;
 use crate::serializer::request::{insert_meta, write_request};
 use address::Address;
-use conn::{Carry, Conn, SendError, Ticket};
+use conn::{Carry, Conn, SendError, Ticket, WriteRequest};
 
 /// Connection and call settings, with chainable setters.
 ///
@@ -707,7 +707,7 @@ impl Client {
         reply: bool,
         carry: Carry,
         deadline: Instant,
-        write: &mut dyn FnMut(&mut Vec<u8>, Option<u64>) -> Result<(), Error>,
+        write: &mut WriteRequest<'_>,
     ) -> Result<(Arc<Conn>, Option<Ticket>), Error> {
         let mut reconnected = false;
         loop {
