@@ -297,8 +297,7 @@ impl Engine {
             dedup: None,
             local,
             transport: source.conn.transport(),
-            taken_at: None,
-            fixed: None,
+            clock: Clock::Unread,
         };
         let split = self.parse_and(frame, source, scratch, out, &mut wait);
         scratch.waiter = wait.waiter;
@@ -332,8 +331,7 @@ impl Engine {
                 dedup,
                 local,
                 transport: source.conn.transport(),
-                taken_at: None,
-                fixed: Some(deadline),
+                clock: Clock::Fixed(deadline),
             };
             let _ = self.parse_and(frame, source, scratch, out, &mut wait);
             scratch.waiter = wait.waiter;
@@ -565,7 +563,7 @@ impl Engine {
         limit: usize,
         defer: &mut dyn Deferrals,
         element: Option<u32>,
-        header: Option<u64>,
+        header: Option<u32>,
     ) -> Answer {
         let max = self.config.max_response_bytes;
         let req = match validate(nodes, raw) {
@@ -590,8 +588,10 @@ impl Engine {
             // A budget can only be in a header or in object params: calls with neither
             // (the common case) pay two tests, no clock read and no scan.
             if header.is_some() || req.params.is_object() {
-                if let Some(ms) = budget(header, &req.params).filter(|&ms| defer.passed(ms)) {
-                    return self.expired(&req, self.metric(entry), ms, None, out, defer);
+                if let Some(ms) = budget(header, &req.params) {
+                    if let Some(refused) = self.ran_out(&req, entry, ms, out, defer) {
+                        return refused;
+                    }
                 }
             }
             let d = crate::dispatch::dispatch_plain(entry, req, out, limit, max);
@@ -622,7 +622,7 @@ impl Engine {
         limit: usize,
         defer: &mut dyn Deferrals,
         element: Option<u32>,
-        header: Option<u64>,
+        header: Option<u32>,
     ) -> Answer {
         let max = self.config.max_response_bytes;
         // The server's pool jobs were checked where they were read.
@@ -865,6 +865,22 @@ impl Engine {
         }
     }
 
+    /// [`Engine::single`]'s check of a call that came with a budget of `ms`, out of
+    /// line (it reads the clock): the refusal if the budget has run out.
+    #[inline(never)]
+    fn ran_out(
+        &self,
+        req: &crate::codec::request::Request<'_>,
+        entry: Option<&crate::dispatch::registry::Entry>,
+        ms: u32,
+        out: &mut Vec<u8>,
+        defer: &mut dyn Deferrals,
+    ) -> Option<Answer> {
+        defer
+            .passed(ms)
+            .then(|| self.expired(req, self.metric(entry), ms, None, out, defer))
+    }
+
     /// Refuses a call whose caller's budget of `ms` ran out before it ran: `-32001`
     /// with `data.reason` `"deadline_exceeded"`, counted and reported like the other
     /// refusals; nothing runs.
@@ -874,7 +890,7 @@ impl Engine {
         &self,
         req: &crate::codec::request::Request<'_>,
         metric: u32,
-        ms: u64,
+        ms: u32,
         hooks: Option<&dyn Hooks>,
         out: &mut Vec<u8>,
         defer: &mut dyn Deferrals,
@@ -937,7 +953,7 @@ impl Engine {
 /// The caller's budget for a call, in milliseconds: the smaller of the frame's
 /// `RPC-Timeout-Ms` (`header`) and the call's `params._meta.timeoutMs`.
 #[inline]
-fn budget(header: Option<u64>, params: &crate::codec::Params<'_>) -> Option<u64> {
+fn budget(header: Option<u32>, params: &crate::codec::Params<'_>) -> Option<u32> {
     match (header, params.budget_ms()) {
         (Some(h), Some(m)) => Some(h.min(m)),
         (h, m) => h.or(m),
@@ -945,8 +961,8 @@ fn budget(header: Option<u64>, params: &crate::codec::Params<'_>) -> Option<u64>
 }
 
 /// `at + ms`; `None` past what an `Instant` holds (a budget that far off is none).
-fn after_ms(at: Instant, ms: u64) -> Option<Instant> {
-    at.checked_add(std::time::Duration::from_millis(ms))
+fn after_ms(at: Instant, ms: u32) -> Option<Instant> {
+    at.checked_add(std::time::Duration::from_millis(u64::from(ms)))
 }
 
 /// The deadline of a call taken up at `at`: the earlier of `at + timeout` and
@@ -954,7 +970,7 @@ fn after_ms(at: Instant, ms: u64) -> Option<Instant> {
 pub(crate) fn deadline_of(
     at: Instant,
     timeout: Option<std::time::Duration>,
-    budget: Option<u64>,
+    budget: Option<u32>,
 ) -> Option<Instant> {
     let by_timeout = timeout.and_then(|t| at.checked_add(t));
     match (by_timeout, budget.and_then(|ms| after_ms(at, ms))) {
@@ -1013,13 +1029,13 @@ pub(crate) trait Deferrals {
     /// instant is given back for the frame's every call (budgets count from it).
     fn taken_at(&mut self) -> Instant;
     /// Whether a caller's budget of `ms` milliseconds has run out.
-    fn passed(&mut self, ms: u64) -> bool {
+    fn passed(&mut self, ms: u32) -> bool {
         after_ms(self.taken_at(), ms).is_some_and(|d| d <= Instant::now())
     }
     /// The deadline of a call answered later, or of one that came with a caller's
     /// `budget`: the earlier of `request_timeout` and the budget, from
     /// [`Deferrals::taken_at`].
-    fn deadline(&mut self, budget: Option<u64>) -> Option<Instant>;
+    fn deadline(&mut self, budget: Option<u32>) -> Option<Instant>;
     /// After a deferred method's handler returned: `Some(error code)` if its answer
     /// has been written into `out` now (the no-I/O path waits for it), `None` if it
     /// comes later.
@@ -1060,11 +1076,20 @@ struct Wait<'e> {
     /// Where to count, if metrics are on.
     local: Option<&'e Local>,
     transport: crate::dispatch::context::Transport,
+    /// When the frame was taken up, or a pool job's deadline.
+    clock: Clock,
+}
+
+/// [`Wait`]'s time: one field, so that setting it up is one store.
+#[derive(Clone, Copy)]
+enum Clock {
+    /// Not read yet.
+    Unread,
     /// When the frame was taken up (read on first need).
-    taken_at: Option<Instant>,
-    /// A pool job's deadline, set where it was read: its calls' deadline, whatever
-    /// the frame holds.
-    fixed: Option<Option<Instant>>,
+    TakenAt(Instant),
+    /// A pool job's deadline, set where it was read: its calls' deadline, whatever the
+    /// frame holds.
+    Fixed(Option<Instant>),
 }
 
 impl Deferrals for Wait<'_> {
@@ -1138,12 +1163,22 @@ impl Deferrals for Wait<'_> {
     }
 
     fn taken_at(&mut self) -> Instant {
-        *self.taken_at.get_or_insert_with(Instant::now)
+        match self.clock {
+            Clock::TakenAt(at) => at,
+            // A pool job's budget is not read again: the job's deadline stands for it.
+            Clock::Unread | Clock::Fixed(_) => {
+                let now = Instant::now();
+                if let Clock::Unread = self.clock {
+                    self.clock = Clock::TakenAt(now);
+                }
+                now
+            }
+        }
     }
 
-    fn deadline(&mut self, budget: Option<u64>) -> Option<Instant> {
-        if let Some(fixed) = self.fixed {
-            return fixed;
+    fn deadline(&mut self, budget: Option<u32>) -> Option<Instant> {
+        if let Clock::Fixed(deadline) = self.clock {
+            return deadline;
         }
         deadline_of(self.taken_at(), self.config.request_timeout, budget)
     }

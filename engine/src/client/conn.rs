@@ -296,7 +296,8 @@ pub(crate) struct Carry {
 /// gets more time than the caller will wait), at most what a server takes.
 fn budget_ms(until: Instant) -> u64 {
     let left = until.saturating_duration_since(Instant::now()).as_millis();
-    u64::try_from(left).map_or(MAX_BUDGET_MS, |ms| ms.min(MAX_BUDGET_MS))
+    let max = u64::from(MAX_BUDGET_MS);
+    u64::try_from(left).map_or(max, |ms| ms.min(max))
 }
 
 /// Why a send did not happen.

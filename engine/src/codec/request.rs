@@ -9,17 +9,17 @@ use simd_json::{Node, StaticNode};
 
 use super::de::{AbsentDe, TapeDe};
 use super::raw::RawCtx;
-use super::tape::{as_id, members, Id};
+use super::tape::{as_id, members, span, Id};
 use crate::error::RpcError;
 
 /// The largest caller's budget taken, in milliseconds (2³¹ − 1, about 24.8 days).
 /// Larger values are ignored like any other unusable one: no caller means them, and
 /// they keep deadline arithmetic far from overflow.
-pub(crate) const MAX_BUDGET_MS: u64 = (1 << 31) - 1;
+pub(crate) const MAX_BUDGET_MS: u32 = i32::MAX as u32;
 
 /// A caller's budget written as text (the `RPC-Timeout-Ms` header): ASCII digits only,
 /// at most [`MAX_BUDGET_MS`]; anything else is no budget (ignored, not refused).
-pub(crate) fn budget_from_text(text: &[u8]) -> Option<u64> {
+pub(crate) fn budget_from_text(text: &[u8]) -> Option<u32> {
     // Ten digits hold every accepted value; the bound also keeps the sum from overflowing.
     if text.is_empty() || text.len() > 10 {
         return None;
@@ -31,7 +31,7 @@ pub(crate) fn budget_from_text(text: &[u8]) -> Option<u64> {
         }
         ms = ms * 10 + u64::from(b - b'0');
     }
-    (ms <= MAX_BUDGET_MS).then_some(ms)
+    u32::try_from(ms).ok().filter(|&ms| ms <= MAX_BUDGET_MS)
 }
 
 /// The params of a call: absent, an array or an object, borrowed from the parsed frame.
@@ -112,21 +112,35 @@ impl<'a> Params<'a> {
     /// Cost: nothing unless the params are an object; then one look at each top-level
     /// key (a length compare first), and at `_meta`'s own keys if it is there.
     #[inline]
-    pub(crate) fn budget_ms(&self) -> Option<u64> {
-        let nodes @ [Node::Object { .. }, ..] = self.nodes? else {
-            return None;
-        };
-        meta_budget(nodes)
+    pub(crate) fn budget_ms(&self) -> Option<u32> {
+        meta_budget(self.nodes?)
     }
 }
 
-/// [`Params::budget_ms`] for object params: out of line, so array and absent params
-/// pay only for the check above.
-#[inline(never)]
-fn meta_budget<'a>(nodes: &'a [Node<'a>]) -> Option<u64> {
-    let (_, meta) = members(nodes)
-        .filter_map(Result::ok)
-        .find(|(key, _)| *key == "_meta")?;
+/// [`Params::budget_ms`] for object params: a plain walk of the top-level keys (a
+/// length test rejects almost every other key at once).
+#[inline]
+fn meta_budget<'a>(nodes: &'a [Node<'a>]) -> Option<u32> {
+    let [Node::Object { len, .. }, rest @ ..] = nodes else {
+        return None;
+    };
+    let mut at = 0;
+    for _ in 0..*len {
+        let Some(Node::String(key)) = rest.get(at) else {
+            return None;
+        };
+        let value = rest.get(at + 1..)?;
+        if key.len() == 5 && *key == "_meta" {
+            return timeout_ms(value);
+        }
+        at += 1 + value.first().map_or(1, span);
+    }
+    None
+}
+
+/// `timeoutMs` of the `_meta` value whose nodes are `meta`.
+#[cold]
+fn timeout_ms<'a>(meta: &'a [Node<'a>]) -> Option<u32> {
     let (_, value) = members(meta)
         .filter_map(Result::ok)
         .find(|(key, _)| *key == "timeoutMs")?;
@@ -136,7 +150,7 @@ fn meta_budget<'a>(nodes: &'a [Node<'a>]) -> Option<u64> {
         // Fractions, strings, negatives: not a budget.
         _ => return None,
     };
-    (ms <= MAX_BUDGET_MS).then_some(ms)
+    u32::try_from(ms).ok().filter(|&ms| ms <= MAX_BUDGET_MS)
 }
 
 /// A request object that passed every envelope rule.
@@ -272,7 +286,7 @@ mod tests {
     }
 
     /// The budget of `params` (a JSON text).
-    fn budget_of(params: &str) -> Option<u64> {
+    fn budget_of(params: &str) -> Option<u32> {
         let mut bytes = params.as_bytes().to_vec();
         let mut tape = Tape(Vec::new());
         simd_json::fill_tape(&mut bytes, &mut Buffers::default(), &mut tape).unwrap();

@@ -171,7 +171,7 @@ impl<'a> Headers<'a> {
 
     /// The caller's budget in milliseconds from `RPC-Timeout-Ms` (its first field), if
     /// that holds a usable one (see docs/PROTOCOL.md, "Deadlines").
-    pub(crate) fn budget_ms(&self) -> Option<u64> {
+    pub(crate) fn budget_ms(&self) -> Option<u32> {
         crate::codec::request::budget_from_text(self.get("rpc-timeout-ms")?)
     }
 }

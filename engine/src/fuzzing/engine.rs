@@ -270,7 +270,7 @@ impl Deferrals for Collect {
         Instant::now()
     }
 
-    fn deadline(&mut self, _budget: Option<u64>) -> Option<Instant> {
+    fn deadline(&mut self, _budget: Option<u32>) -> Option<Instant> {
         None
     }
 

@@ -390,7 +390,7 @@ pub(crate) fn elem(json: Json) -> Elem {
 /// params, its first `timeoutMs`, an integer in `0..=MAX_BUDGET_MS`.
 fn budget(params: Option<&Json>) -> Option<u64> {
     let ms = as_u64(params?.get("_meta")?.get("timeoutMs")?)?;
-    (ms <= crate::codec::request::MAX_BUDGET_MS).then_some(ms)
+    (ms <= u64::from(crate::codec::request::MAX_BUDGET_MS)).then_some(ms)
 }
 
 pub(crate) fn as_i64(v: &Json) -> Option<i64> {

@@ -308,7 +308,7 @@ impl Deferrals for Sink<'_> {
         *self.taken_at.get_or_insert_with(Instant::now)
     }
 
-    fn deadline(&mut self, budget: Option<u64>) -> Option<Instant> {
+    fn deadline(&mut self, budget: Option<u32>) -> Option<Instant> {
         crate::engine::deadline_of(self.taken_at(), self.timeout, budget)
     }
 
