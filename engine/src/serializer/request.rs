@@ -103,6 +103,14 @@ pub(crate) fn meta_fits(params: &[u8]) -> bool {
     memchr::memmem::find(params, br#""_meta""#).is_none()
 }
 
+/// Whether the object whose text after its `{` is `rest` has members: its first byte
+/// that is not whitespace is not `}` (raw params may be `{ }`).
+fn has_members(rest: &[u8]) -> bool {
+    rest.iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+        .is_some_and(|&b| b != b'}')
+}
+
 /// Adds `"_meta":{"timeoutMs":MS}` as the first member of the params object whose `{`
 /// is at `open` in `out` (as [`write_request`] returned), unless [`meta_fits`] says no.
 /// No allocation beyond `out`'s own growth.
@@ -110,7 +118,7 @@ pub(crate) fn insert_meta(out: &mut Vec<u8>, open: usize, ms: u64) {
     if !out.get(open..).is_some_and(meta_fits) {
         return;
     }
-    let more = out.get(open + 1) != Some(&b'}');
+    let more = has_members(&out[open + 1..]);
     let mut buf = [0; META_MAX];
     let len = meta_text(ms, more, &mut buf);
     out.splice(open + 1..open + 1, buf[..len].iter().copied());
@@ -121,7 +129,7 @@ pub(crate) fn insert_meta(out: &mut Vec<u8>, open: usize, ms: u64) {
 pub(crate) fn extend_with_meta(out: &mut Vec<u8>, part: &[u8], open: Option<usize>, ms: u64) {
     match open.filter(|&at| part.get(at..).is_some_and(meta_fits)) {
         Some(at) => {
-            let more = part.get(at + 1) != Some(&b'}');
+            let more = has_members(&part[at + 1..]);
             let mut buf = [0; META_MAX];
             let len = meta_text(ms, more, &mut buf);
             out.extend_from_slice(&part[..=at]);
@@ -161,6 +169,17 @@ mod tests {
             Err(ParamsError::NotStructured)
         ));
         assert_eq!(out, b"keep");
+    }
+
+    #[test]
+    fn meta_into_an_empty_object_with_spaces_adds_no_comma() {
+        // Raw params (a `RawValue`) keep their whitespace.
+        let mut out = br#"{"params":{ 	 }}"#.to_vec();
+        insert_meta(&mut out, 10, 0);
+        assert_eq!(out, br#"{"params":{"_meta":{"timeoutMs":0} 	 }}"#);
+        let mut out = Vec::new();
+        extend_with_meta(&mut out, br#"{"params":{ "a":1}}"#, Some(10), 7);
+        assert_eq!(out, br#"{"params":{"_meta":{"timeoutMs":7}, "a":1}}"#);
     }
 
     #[test]
