@@ -972,8 +972,15 @@ pub(crate) fn deadline_of(
     timeout: Option<std::time::Duration>,
     budget: Option<u32>,
 ) -> Option<Instant> {
-    let by_timeout = timeout.and_then(|t| at.checked_add(t));
-    match (by_timeout, budget.and_then(|ms| after_ms(at, ms))) {
+    earlier(
+        timeout.and_then(|t| at.checked_add(t)),
+        budget.and_then(|ms| after_ms(at, ms)),
+    )
+}
+
+/// The earlier of two deadlines, either of which may be none.
+fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
@@ -1165,14 +1172,13 @@ impl Deferrals for Wait<'_> {
     fn taken_at(&mut self) -> Instant {
         match self.clock {
             Clock::TakenAt(at) => at,
-            // A pool job's budget is not read again: the job's deadline stands for it.
-            Clock::Unread | Clock::Fixed(_) => {
+            Clock::Unread => {
                 let now = Instant::now();
-                if let Clock::Unread = self.clock {
-                    self.clock = Clock::TakenAt(now);
-                }
+                self.clock = Clock::TakenAt(now);
                 now
             }
+            // Not asked for: a pool job's budget is not read again.
+            Clock::Fixed(_) => Instant::now(),
         }
     }
 
@@ -1180,7 +1186,16 @@ impl Deferrals for Wait<'_> {
         if let Clock::Fixed(deadline) = self.clock {
             return deadline;
         }
-        deadline_of(self.taken_at(), self.config.request_timeout, budget)
+        // Here calls are waited for one after another, each for up to request_timeout
+        // of its own; a budget counts from when the frame was taken up.
+        let by_timeout = self
+            .config
+            .request_timeout
+            .and_then(|t| Instant::now().checked_add(t));
+        earlier(
+            by_timeout,
+            budget.and_then(|ms| after_ms(self.taken_at(), ms)),
+        )
     }
 
     fn answered(&mut self, out: &mut Vec<u8>) -> Option<Option<i32>> {

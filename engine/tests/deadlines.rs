@@ -588,3 +588,38 @@ fn the_server_times_out_a_client_call_at_its_budget() {
     }
     s.stop();
 }
+
+/// The no-I/O path (`Engine::handle`, `Engine::handle_from`) takes budgets the same way.
+#[test]
+fn the_no_io_path_takes_budgets_too() {
+    let runs = Runs::default();
+    let engine = engine(&runs);
+    let mut scratch = engine.scratch();
+    let mut run = |frame: &str, head: Option<&str>| {
+        let mut out = Vec::new();
+        let conn = ringrpc::Connection::EMBEDDED;
+        let source = match head {
+            Some(h) => ringrpc::Source::http(&conn, h.as_bytes()),
+            None => ringrpc::Source::new(&conn),
+        };
+        let _ = engine.handle_from(frame.as_bytes(), &source, &mut scratch, &mut out);
+        serde_json::from_slice::<Value>(&out).unwrap()
+    };
+    let expired = r#"{"jsonrpc":"2.0","method":"count","params":{"_meta":{"timeoutMs":0}},"id":1}"#;
+    assert_expired(&run(expired, None), 0);
+    let head = "POST / HTTP/1.1\r\nHost: x\r\nRPC-Timeout-Ms: 0\r\n\r\n";
+    let plain = r#"{"jsonrpc":"2.0","method":"count","id":2}"#;
+    assert_expired(&run(plain, Some(head)), 0);
+    assert_eq!(runs.0.load(Ordering::SeqCst), 0);
+    assert_eq!(run(plain, None)["result"], 1);
+    // A deferred call is waited for until its budget, not request_timeout.
+    let start = Instant::now();
+    let late = r#"{"jsonrpc":"2.0","method":"delay","params":[5000],"id":3}"#;
+    let head = "POST / HTTP/1.1\r\nHost: x\r\nRPC-Timeout-Ms: 200\r\n\r\n";
+    assert_eq!(run(late, Some(head))["error"]["code"], -32001);
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        start.elapsed()
+    );
+}
