@@ -354,6 +354,7 @@ impl Engine {
             dedup: None,
             local,
             transport: source.conn.transport(),
+            clock: Clock::Unread,
         };
         let split = self.parse_and(frame, source, scratch, out, &mut wait);
         scratch.waiter = wait.waiter;
@@ -365,7 +366,8 @@ impl Engine {
     }
 
     /// Runs a call the server took for its worker pool: `frame` is one request, whose
-    /// hooks the server runs itself. Returns the answer's error code (`None`: a result).
+    /// hooks the server runs itself, and `deadline` the deadline given it where it was
+    /// read. Returns the answer's error code (`None`: a result).
     pub(crate) fn run_job(
         &self,
         frame: &[u8],
@@ -373,6 +375,7 @@ impl Engine {
         scratch: &mut Scratch,
         out: &mut Vec<u8>,
         dedup: Option<Digest>,
+        deadline: Option<Instant>,
     ) -> Option<i32> {
         // The server counts the call when its answer arrives; only events count here.
         let mut run = |local: Option<&Local>| {
@@ -385,6 +388,7 @@ impl Engine {
                 dedup,
                 local,
                 transport: source.conn.transport(),
+                clock: Clock::Fixed(deadline),
             };
             let _ = self.parse_and(frame, source, scratch, out, &mut wait);
             scratch.waiter = wait.waiter;
@@ -543,6 +547,8 @@ impl Engine {
     ) -> Split {
         let nodes = raw.root;
         let max = self.config.max_response_bytes;
+        // Read once per frame: it applies to every call of an HTTP request.
+        let header = source.headers.and_then(|h| h.budget_ms());
         match nodes.first() {
             Some(Node::Array { len: 0, .. }) => {
                 defer.outcome(self.unknown(), Some(crate::error::INVALID_REQUEST));
@@ -575,7 +581,7 @@ impl Engine {
                 for (i, elem) in elements(nodes).enumerate() {
                     let mark = batch.element(out);
                     let at = Some(u32::try_from(i).unwrap_or(u32::MAX));
-                    match self.single(elem, raw, source, out, batch.limit(), defer, at) {
+                    match self.single(elem, raw, source, out, batch.limit(), defer, at, header) {
                         Answer::Wrote => batch.kept(),
                         Answer::Nothing => batch.discard(out, mark),
                         Answer::Later => {
@@ -592,7 +598,7 @@ impl Engine {
             }
             _ => {
                 let limit = out.len().saturating_add(max);
-                match self.single(nodes, raw, source, out, limit, defer, None) {
+                match self.single(nodes, raw, source, out, limit, defer, None, header) {
                     Answer::Wrote => Split::Done(Outcome::Reply),
                     Answer::Nothing => Split::Done(Outcome::Nothing),
                     Answer::Later => Split::Single,
@@ -601,7 +607,8 @@ impl Engine {
         }
     }
 
-    /// Answers one request object (or batch element number `element`).
+    /// Answers one request object (or batch element number `element`); `header` is
+    /// the frame's `RPC-Timeout-Ms` budget, if it came with one.
     #[inline]
     #[allow(clippy::too_many_arguments)]
     fn single(
@@ -613,6 +620,7 @@ impl Engine {
         limit: usize,
         defer: &mut dyn Deferrals,
         element: Option<u32>,
+        header: Option<u32>,
     ) -> Answer {
         let max = self.config.max_response_bytes;
         let req = match validate(nodes, raw) {
@@ -634,6 +642,15 @@ impl Engine {
         // none) answered here.
         let plain = entry.is_none_or(crate::dispatch::registry::Entry::is_plain);
         if plain && self.bare && !source.sampled() {
+            // A budget can only be in a header or in object params: calls with neither
+            // (the common case) pay two tests, no clock read and no scan.
+            if header.is_some() || req.params.is_object() {
+                if let Some(ms) = budget(header, &req.params) {
+                    if let Some(refused) = self.ran_out(&req, entry, ms, out, defer) {
+                        return refused;
+                    }
+                }
+            }
             let d = crate::dispatch::dispatch_plain(entry, req, out, limit, max);
             defer.outcome(self.metric(entry), d.code);
             return if d.wrote {
@@ -642,7 +659,9 @@ impl Engine {
                 Answer::Nothing
             };
         }
-        self.single_with(req, entry, nodes, raw, source, out, limit, defer, element)
+        self.single_with(
+            req, entry, nodes, raw, source, out, limit, defer, element, header,
+        )
     }
 
     /// [`Engine::single`] for the rest: hooks, context-aware handlers, calls answered
@@ -660,6 +679,7 @@ impl Engine {
         limit: usize,
         defer: &mut dyn Deferrals,
         element: Option<u32>,
+        header: Option<u32>,
     ) -> Answer {
         let max = self.config.max_response_bytes;
         // A sampled call runs in a span, for the host's subscriber.
@@ -688,6 +708,16 @@ impl Engine {
             }
         }
         let hooks = self.hooks.as_deref().filter(|_| checks);
+        // A pool job's deadline was set where it was read (the sink's, given back by
+        // `defer.deadline`): its budget is not read again.
+        let budget = if checks {
+            budget(header, &req.params)
+        } else {
+            None
+        };
+        if let Some(ms) = budget.filter(|&ms| defer.passed(ms)) {
+            return self.expired(&req, metric, ms, hooks, out, defer);
+        }
         // De-duplication: the key is made where the call was read (it needs the session
         // and the headers), the claim where the call runs.
         let (dedup, key) = match (&self.dedup, entry, req.id) {
@@ -705,12 +735,15 @@ impl Engine {
         let offload = key.is_some() && dedup.is_some_and(Dedup::remote) && !defer.may_block();
         let kind = entry.map(|e| (e.blocking || offload, &e.handler));
         let later = matches!(kind, Some((true, _) | (_, Handler::Deferred(_))));
+        // The clock is read only for calls answered later and calls with a budget.
+        let deadline = if later || budget.is_some() {
+            defer.deadline(budget)
+        } else {
+            None
+        };
         // A context is built only for hooks and for handlers that read it.
         let ctx = (hooks.is_some() || later || matches!(kind, Some((_, Handler::CallCtx(_)))))
-            .then(|| {
-                let deadline = if later { defer.deadline() } else { None };
-                Context::new(*source, req.method, req.id, deadline)
-            });
+            .then(|| Context::new(*source, req.method, req.id, deadline));
         let started = (hooks.is_some() || log.is_some()).then(Instant::now);
         if let (Some(h), Some(ctx)) = (hooks, &ctx) {
             if let Err(e) = h.before(ctx, &req.params) {
@@ -733,7 +766,7 @@ impl Engine {
         }
         if let Some((true, _)) = kind {
             if let Some(range) = raw.container_range(nodes) {
-                if defer.blocking(range, req.id, req.method, metric, key) {
+                if defer.blocking(range, req.id, req.method, metric, key, deadline) {
                     return Answer::Later;
                 }
             }
@@ -771,7 +804,7 @@ impl Engine {
             let responder = match (req.id, hooks) {
                 (Some(id), _) => {
                     let bytes = raw.container_range(nodes).map_or(0, |r| r.len());
-                    let mut r = defer.responder(id, req.method, metric, bytes);
+                    let mut r = defer.responder(id, req.method, metric, bytes, deadline);
                     if let Some((d, key, fp, slot)) = ticket {
                         r.set_ticket(Ticket {
                             store: Arc::clone(&d.store),
@@ -954,6 +987,57 @@ impl Engine {
         });
     }
 
+    /// [`Engine::single`]'s check of a call that came with a budget of `ms`, out of
+    /// line (it reads the clock): the refusal if the budget has run out.
+    #[inline(never)]
+    fn ran_out(
+        &self,
+        req: &crate::codec::request::Request<'_>,
+        entry: Option<&crate::dispatch::registry::Entry>,
+        ms: u32,
+        out: &mut Vec<u8>,
+        defer: &mut dyn Deferrals,
+    ) -> Option<Answer> {
+        defer
+            .passed(ms)
+            .then(|| self.expired(req, self.metric(entry), ms, None, out, defer))
+    }
+
+    /// Refuses a call whose caller's budget of `ms` ran out before it ran: `-32001`
+    /// with `data.reason` `"deadline_exceeded"`, counted and reported like the other
+    /// refusals; nothing runs.
+    #[cold]
+    #[inline(never)]
+    fn expired(
+        &self,
+        req: &crate::codec::request::Request<'_>,
+        metric: u32,
+        ms: u32,
+        hooks: Option<&dyn Hooks>,
+        out: &mut Vec<u8>,
+        defer: &mut dyn Deferrals,
+    ) -> Answer {
+        let code = ErrorCode::RequestTimeout.code();
+        defer.event(Event::DeadlineExceeded);
+        defer.outcome(metric, Some(code));
+        if let Some(h) = hooks {
+            self.after(h, req.method, Some(code), req.id.is_none(), None);
+        }
+        let Some(id) = req.id else {
+            return Answer::Nothing;
+        };
+        crate::serializer::response::write_prefix(out, id);
+        crate::serializer::response::write_error_tail(
+            out,
+            code,
+            format_args!(
+                "Deadline exceeded: the caller's budget of {ms} ms ran out before the call ran"
+            ),
+            Some(r#"{"reason":"deadline_exceeded"}"#),
+        );
+        Answer::Wrote
+    }
+
     /// Runs the after hook for a call answered here.
     #[cold]
     fn after(
@@ -1008,6 +1092,42 @@ fn call_span(
     )
 }
 
+/// The caller's budget for a call, in milliseconds: the smaller of the frame's
+/// `RPC-Timeout-Ms` (`header`) and the call's `params._meta.timeoutMs`.
+#[inline]
+fn budget(header: Option<u32>, params: &crate::codec::Params<'_>) -> Option<u32> {
+    match (header, params.budget_ms()) {
+        (Some(h), Some(m)) => Some(h.min(m)),
+        (h, m) => h.or(m),
+    }
+}
+
+/// `at + ms`; `None` past what an `Instant` holds (a budget that far off is none).
+fn after_ms(at: Instant, ms: u32) -> Option<Instant> {
+    at.checked_add(std::time::Duration::from_millis(u64::from(ms)))
+}
+
+/// The deadline of a call taken up at `at`: the earlier of `at + timeout` and
+/// `at + budget`.
+pub(crate) fn deadline_of(
+    at: Instant,
+    timeout: Option<std::time::Duration>,
+    budget: Option<u32>,
+) -> Option<Instant> {
+    earlier(
+        timeout.and_then(|t| at.checked_add(t)),
+        budget.and_then(|ms| after_ms(at, ms)),
+    )
+}
+
+/// The earlier of two deadlines, either of which may be none.
+fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// What is left to do for a frame after [`Engine::handle_split`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Split {
@@ -1024,7 +1144,8 @@ pub(crate) enum Split {
 pub(crate) trait Deferrals {
     /// A call to `method`, a blocking method, at `range` in the frame: return true to
     /// take it (the engine writes nothing for it), false to have it run here.
-    /// `dedup` is its de-duplication key, to claim where it runs.
+    /// `dedup` is its de-duplication key, to claim where it runs; `deadline` is what
+    /// [`Deferrals::deadline`] gave it.
     fn blocking(
         &mut self,
         range: Range<usize>,
@@ -1032,6 +1153,7 @@ pub(crate) trait Deferrals {
         method: &str,
         metric: u32,
         dedup: Option<Digest>,
+        deadline: Option<Instant>,
     ) -> bool;
     /// Whether calls may block here (the caller's own thread, a pool worker) rather than
     /// on a reactor.
@@ -1044,10 +1166,27 @@ pub(crate) trait Deferrals {
         None
     }
     /// A responder for a call (not a notification) to `method` (metric index
-    /// `metric`), a deferred method, `bytes` long in the frame.
-    fn responder(&mut self, id: Id<'_>, method: &str, metric: u32, bytes: usize) -> Responder;
-    /// The deadline of calls answered later in this frame.
-    fn deadline(&mut self) -> Option<Instant>;
+    /// `metric`), a deferred method `bytes` long in the frame, answered `-32001` if not
+    /// answered by `deadline`.
+    fn responder(
+        &mut self,
+        id: Id<'_>,
+        method: &str,
+        metric: u32,
+        bytes: usize,
+        deadline: Option<Instant>,
+    ) -> Responder;
+    /// When the frame was taken up: the clock is read on the first call, then the same
+    /// instant is given back for the frame's every call (budgets count from it).
+    fn taken_at(&mut self) -> Instant;
+    /// Whether a caller's budget of `ms` milliseconds has run out.
+    fn passed(&mut self, ms: u32) -> bool {
+        after_ms(self.taken_at(), ms).is_some_and(|d| d <= Instant::now())
+    }
+    /// The deadline of a call answered later, or of one that came with a caller's
+    /// `budget`: the earlier of `request_timeout` and the budget, from
+    /// [`Deferrals::taken_at`].
+    fn deadline(&mut self, budget: Option<u32>) -> Option<Instant>;
     /// After a deferred method's handler returned: `Some(error code)` if its answer
     /// has been written into `out` now (the no-I/O path waits for it), `None` if it
     /// comes later.
@@ -1088,6 +1227,20 @@ struct Wait<'e> {
     /// Where to count, if metrics are on.
     local: Option<&'e Local>,
     transport: crate::dispatch::context::Transport,
+    /// When the frame was taken up, or a pool job's deadline.
+    clock: Clock,
+}
+
+/// [`Wait`]'s time: one field, so that setting it up is one store.
+#[derive(Clone, Copy)]
+enum Clock {
+    /// Not read yet.
+    Unread,
+    /// When the frame was taken up (read on first need).
+    TakenAt(Instant),
+    /// A pool job's deadline, set where it was read: its calls' deadline, whatever the
+    /// frame holds.
+    Fixed(Option<Instant>),
 }
 
 impl Deferrals for Wait<'_> {
@@ -1098,6 +1251,7 @@ impl Deferrals for Wait<'_> {
         _method: &str,
         _metric: u32,
         _dedup: Option<Digest>,
+        _deadline: Option<Instant>,
     ) -> bool {
         false
     }
@@ -1135,10 +1289,16 @@ impl Deferrals for Wait<'_> {
         }
     }
 
-    fn responder(&mut self, id: Id<'_>, _method: &str, _metric: u32, _bytes: usize) -> Responder {
+    fn responder(
+        &mut self,
+        id: Id<'_>,
+        _method: &str,
+        _metric: u32,
+        _bytes: usize,
+        deadline: Option<Instant>,
+    ) -> Responder {
         let waiter = Arc::clone(self.waiter.get_or_insert_with(Default::default));
         let seq = waiter.expect_next();
-        let deadline = self.deadline();
         self.call = Some((seq, OwnedId::from(id), deadline));
         let tag = Tag {
             conn: 0,
@@ -1154,8 +1314,33 @@ impl Deferrals for Wait<'_> {
         )
     }
 
-    fn deadline(&mut self) -> Option<Instant> {
-        self.config.request_timeout.map(|t| Instant::now() + t)
+    fn taken_at(&mut self) -> Instant {
+        match self.clock {
+            Clock::TakenAt(at) => at,
+            Clock::Unread => {
+                let now = Instant::now();
+                self.clock = Clock::TakenAt(now);
+                now
+            }
+            // Not asked for: a pool job's budget is not read again.
+            Clock::Fixed(_) => Instant::now(),
+        }
+    }
+
+    fn deadline(&mut self, budget: Option<u32>) -> Option<Instant> {
+        if let Clock::Fixed(deadline) = self.clock {
+            return deadline;
+        }
+        // Here calls are waited for one after another, each for up to request_timeout
+        // of its own; a budget counts from when the frame was taken up.
+        let by_timeout = self
+            .config
+            .request_timeout
+            .and_then(|t| Instant::now().checked_add(t));
+        earlier(
+            by_timeout,
+            budget.and_then(|ms| after_ms(self.taken_at(), ms)),
+        )
     }
 
     fn answered(&mut self, out: &mut Vec<u8>) -> Option<Option<i32>> {
@@ -1171,7 +1356,9 @@ impl Deferrals for Wait<'_> {
                     out,
                     id.as_id(),
                     Reason::DeadlineExceeded,
-                    format_args!("Request timed out: no result within request_timeout ({ms} ms)"),
+                    format_args!(
+                        "Request timed out: no result by its deadline (request_timeout {ms} ms, or the caller's shorter budget)"
+                    ),
                 );
                 Some(Some(ErrorCode::RequestTimeout.code()))
             }

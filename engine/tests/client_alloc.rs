@@ -44,6 +44,24 @@ fn zero_allocations_per_call() {
                 assert_eq!(c.call::<i64, _>("add", [i, 1]).unwrap(), i + 1);
             });
             assert_eq!(n, 0, "allocations for 10,000 `add` calls on {url}");
+            // Named params: the call's budget is added to them as `_meta` (TCP) or sent
+            // as `RPC-Timeout-Ms` (HTTP), in the reused buffers.
+            #[derive(serde::Serialize)]
+            struct Named {
+                minuend: i64,
+                subtrahend: i64,
+            }
+            let n = count(1_000, |i| {
+                let named = Named {
+                    minuend: i,
+                    subtrahend: 1,
+                };
+                assert_eq!(c.call::<i64, _>("subtract", &named).unwrap(), i - 1);
+            });
+            assert_eq!(
+                n, 0,
+                "allocations for 1,000 named `subtract` calls on {url}"
+            );
             // A borrowed result: `&str` points into the response.
             let n = count(1_000, |_| {
                 let len = c

@@ -15,7 +15,7 @@ use crate::codec::tape::elements;
 use crate::codec::Id;
 use crate::engine::Scratch;
 use crate::serializer::json::write_id;
-use crate::serializer::request::write_request;
+use crate::serializer::request::{extend_with_meta, write_request};
 
 /// What every request written by `write_request` starts with; a call's id goes after it.
 const PREFIX: &[u8] = br#"{"jsonrpc":"2.0","#;
@@ -33,8 +33,11 @@ pub struct Batch<'c> {
     client: &'c Client,
     /// Each element written without an id, one after another.
     parts: Vec<u8>,
-    /// Per element: where it ends in `parts`, and whether it is a call.
-    elems: Vec<(usize, bool)>,
+    /// Per element: where it ends in `parts`, whether it is a call, and where its
+    /// params object opens in it (for `_meta`; see [`Options::send_deadline`]).
+    ///
+    /// [`Options::send_deadline`]: super::Options::send_deadline
+    elems: Vec<(usize, bool, Option<usize>)>,
     calls: usize,
 }
 
@@ -49,8 +52,11 @@ impl<'c> Batch<'c> {
     }
 
     fn push<P: Serialize>(&mut self, method: &str, params: P, call: bool) -> Result<(), Error> {
-        encode(write_request(&mut self.parts, None, method, &params))?;
-        self.elems.push((self.parts.len(), call));
+        let start = self.parts.len();
+        let open = encode(write_request(&mut self.parts, None, method, &params))?;
+        // Notifications carry no budget: nobody waits for them.
+        let open = open.filter(|_| call).map(|at| at - start);
+        self.elems.push((self.parts.len(), call, open));
         Ok(())
     }
 
@@ -100,10 +106,10 @@ impl<'c> Batch<'c> {
         let calls = self.calls as u64;
         let first = self.client.next_ids(calls);
         let deadline = Instant::now() + self.client.options.timeout;
-        let mut write = |out: &mut Vec<u8>| {
+        let mut write = |out: &mut Vec<u8>, meta: Option<u64>| {
             out.push(b'[');
             let (mut start, mut id) = (0, first);
-            for (i, &(end, call)) in self.elems.iter().enumerate() {
+            for (i, &(end, call, open)) in self.elems.iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
@@ -115,7 +121,13 @@ impl<'c> Batch<'c> {
                         out.extend_from_slice(br#""id":"#);
                         write_id(out, Id::UInt(id));
                         out.push(b',');
-                        out.extend_from_slice(rest);
+                        match meta {
+                            Some(ms) => {
+                                let open = open.and_then(|at| at.checked_sub(PREFIX.len()));
+                                extend_with_meta(out, rest, open, ms);
+                            }
+                            None => out.extend_from_slice(rest),
+                        }
                         id += 1;
                     }
                     _ => out.extend_from_slice(part),
@@ -124,9 +136,10 @@ impl<'c> Batch<'c> {
             out.push(b']');
             Ok(())
         };
+        let carry = self.client.carry(deadline);
         let (conn, ticket) =
             self.client
-                .send(first..first + calls, calls > 0, false, deadline, &mut write)?;
+                .send(first..first + calls, calls > 0, carry, deadline, &mut write)?;
         let mut reply = BatchReply {
             text: Vec::new(),
             results: vec![None; self.calls],

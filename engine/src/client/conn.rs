@@ -31,6 +31,7 @@ use super::address::Address;
 use super::error::Failure;
 use super::{http, Error, Numbering, Options, Violation};
 use crate::codec::raw::RawCtx;
+use crate::codec::request::MAX_BUDGET_MS;
 use crate::codec::response::{validate_response, Body};
 use crate::codec::tape::elements;
 use crate::codec::{Id, LineDecoder};
@@ -277,6 +278,28 @@ pub(crate) struct Ticket {
     id: u64,
 }
 
+/// Writes a request into the buffer given; the `Option<u64>` is the budget to add to
+/// object params as `_meta` (line transports; `None` over HTTP or when none is sent).
+pub(crate) type WriteRequest<'a> = dyn FnMut(&mut Vec<u8>, Option<u64>) -> Result<(), Error> + 'a;
+
+/// What a request carries beyond its bytes.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Carry {
+    /// Over HTTP, an `Idempotency-Key` naming the call by its first id.
+    pub(crate) idempotent: bool,
+    /// When the caller stops waiting for any answer: what is left of it when the
+    /// request is written goes with it as the call's budget (`None`: no budget sent).
+    pub(crate) until: Option<Instant>,
+}
+
+/// What is left until `until`, in whole milliseconds (rounded down: a server never
+/// gets more time than the caller will wait), at most what a server takes.
+fn budget_ms(until: Instant) -> u64 {
+    let left = until.saturating_duration_since(Instant::now()).as_millis();
+    let max = u64::from(MAX_BUDGET_MS);
+    u64::try_from(left).map_or(max, |ms| ms.min(max))
+}
+
 /// Why a send did not happen.
 pub(crate) enum SendError {
     /// The connection had already failed, or failed before any of the request was
@@ -410,15 +433,17 @@ impl Conn {
     /// Writes one request (or batch) produced by `write`; with `reply`, registers a
     /// slot for the ids `ids` first, so the response cannot arrive before it.
     /// Waiting for the writer, and writing, end at `deadline` (`Error::WriteTimeout`;
-    /// when nothing was written yet, the connection stays usable). `idempotent`: over
-    /// HTTP, the request carries an `Idempotency-Key` naming the call by `ids.start`.
+    /// when nothing was written yet, the connection stays usable). `carry`: over HTTP,
+    /// an `Idempotency-Key` naming the call by `ids.start` and the budget as
+    /// `RPC-Timeout-Ms`; on line transports the budget is handed to `write`, for the
+    /// `_meta` of object params.
     pub(crate) fn send(
         &self,
         ids: Range<u64>,
         reply: bool,
-        idempotent: bool,
+        carry: Carry,
         deadline: Instant,
-        write: &mut dyn FnMut(&mut Vec<u8>) -> Result<(), Error>,
+        write: &mut WriteRequest<'_>,
     ) -> Result<Option<Ticket>, SendError> {
         let mut guard = self
             .take_writer(deadline)
@@ -428,7 +453,14 @@ impl Conn {
             return Err(SendError::Failed(Error::WriteTimeout));
         };
         w.body.clear();
-        write(&mut w.body).map_err(SendError::Failed)?;
+        // Measured once the writer is ours, just before writing: what waiting for it
+        // took is not promised to the server.
+        let budget = carry.until.map(budget_ms);
+        let meta = match self.framing {
+            Framing::Line => budget,
+            Framing::Http { .. } => None,
+        };
+        write(&mut w.body, meta).map_err(SendError::Failed)?;
         let bytes: &[u8] = match &self.framing {
             Framing::Line => {
                 w.body.push(b'\n');
@@ -441,7 +473,8 @@ impl Conn {
             } => {
                 let extra = http::Extra {
                     bearer: bearer.as_deref(),
-                    idempotency_key: idempotent.then(|| (self.ids.key_prefix(), ids.start)),
+                    idempotency_key: carry.idempotent.then(|| (self.ids.key_prefix(), ids.start)),
+                    timeout_ms: budget,
                 };
                 w.out.clear();
                 http::write_head(&mut w.out, path, authority, extra, w.body.len());

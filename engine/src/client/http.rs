@@ -21,6 +21,8 @@ pub(crate) struct Extra<'a> {
     /// `Idempotency-Key: <prefix>-<id>`: the client's random hex prefix and the call's
     /// id, the same on every attempt of the call.
     pub(crate) idempotency_key: Option<(&'a [u8], u64)>,
+    /// `RPC-Timeout-Ms: <ms>`: what is left of the call's time when it is written.
+    pub(crate) timeout_ms: Option<u64>,
 }
 
 /// Writes a POST head for a JSON body of `len` bytes.
@@ -44,6 +46,10 @@ pub(crate) fn write_head(
         out.extend_from_slice(prefix);
         out.push(b'-');
         out.extend_from_slice(itoa::Buffer::new().format(id).as_bytes());
+    }
+    if let Some(ms) = extra.timeout_ms {
+        out.extend_from_slice(b"\r\nRPC-Timeout-Ms: ");
+        out.extend_from_slice(itoa::Buffer::new().format(ms).as_bytes());
     }
     out.extend_from_slice(
         b"\r\nContent-Type: application/json\r\nAccept: application/json\r\nContent-Length: ",
@@ -272,11 +278,12 @@ mod tests {
         let extra = Extra {
             bearer: Some("t0k"),
             idempotency_key: Some((b"00ff", 4294967296)),
+            timeout_ms: Some(2500),
         };
         write_head(&mut out, "/", "h:1", extra, 2);
         let head = String::from_utf8(out).unwrap();
         assert!(
-            head.starts_with("POST / HTTP/1.1\r\nHost: h:1\r\nAuthorization: Bearer t0k\r\nIdempotency-Key: 00ff-4294967296\r\nContent-Type"),
+            head.starts_with("POST / HTTP/1.1\r\nHost: h:1\r\nAuthorization: Bearer t0k\r\nIdempotency-Key: 00ff-4294967296\r\nRPC-Timeout-Ms: 2500\r\nContent-Type"),
             "{head}"
         );
         assert!(head.ends_with("Content-Length: 2\r\n\r\n"), "{head}");

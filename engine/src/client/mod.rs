@@ -87,9 +87,9 @@ use crate::codec::raw::RawCtx;
 use crate::codec::response::{validate_response, Body};
 use crate::codec::Id;
 use crate::config::defaults;
-use crate::serializer::request::write_request;
+use crate::serializer::request::{insert_meta, write_request};
 use address::Address;
-use conn::{Conn, SendError, Ticket};
+use conn::{Carry, Conn, SendError, Ticket, WriteRequest};
 
 /// Connection and call settings, with chainable setters.
 ///
@@ -102,6 +102,7 @@ pub struct Options {
     max_response_bytes: usize,
     max_depth: usize,
     token: Option<String>,
+    send_deadline: bool,
 }
 
 impl fmt::Debug for Options {
@@ -114,6 +115,7 @@ impl fmt::Debug for Options {
             .field("max_response_bytes", &self.max_response_bytes)
             .field("max_depth", &self.max_depth)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("send_deadline", &self.send_deadline)
             .finish()
     }
 }
@@ -127,6 +129,7 @@ impl Default for Options {
             max_response_bytes: defaults::DEFAULT_MAX_RESPONSE_BYTES,
             max_depth: defaults::DEFAULT_MAX_DEPTH,
             token: None,
+            send_deadline: true,
         }
     }
 }
@@ -178,6 +181,26 @@ impl Options {
     /// reconnected, with its error ([`Error::Server`], code `-32040`, or `-32601`).
     pub fn token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
+        self
+    }
+
+    /// Whether calls tell the server how long the client will wait for them (default
+    /// on), so that it does not start work whose answer nobody will read and times the
+    /// call out when the client would. Every call and batch carries the time left when
+    /// it is written, in whole milliseconds: over HTTP as the `RPC-Timeout-Ms` header,
+    /// on TCP and Unix sockets as `"_meta": {"timeoutMs": N}`, added as the first member
+    /// of params that are an object. Params that are an array or absent, or an object
+    /// that holds `"_meta"` already, are sent unchanged (no budget): adding an object
+    /// where a method takes none, or a second `_meta`, could break the call.
+    /// Notifications carry none (nobody waits for them).
+    ///
+    /// The time left is that of the call's [`Options::timeout`]; for
+    /// [`Client::call_idempotent`] it is that of the whole call, retries included (a
+    /// retry can still take the first attempt's answer from a de-duplicating server):
+    /// `max_elapsed` of [`Options::retry`] plus the timeout, from the first attempt, so
+    /// it shrinks with every retry. See docs/PROTOCOL.md, "Deadlines".
+    pub fn send_deadline(mut self, on: bool) -> Self {
+        self.send_deadline = on;
         self
     }
 }
@@ -401,9 +424,11 @@ fn authenticate(
     };
     let id = numbering.take(1);
     let params = Auth { token };
-    let mut write =
-        |buf: &mut Vec<u8>| encode(write_request(buf, Some(Id::UInt(id)), "rpc.auth", &params));
-    let ticket = match conn.send(id..id + 1, true, false, deadline, &mut write) {
+    // No budget: authenticating is part of connecting, not a call of the caller's.
+    let mut write = |buf: &mut Vec<u8>, _: Option<u64>| {
+        encode(write_request(buf, Some(Id::UInt(id)), "rpc.auth", &params)).map(drop)
+    };
+    let ticket = match conn.send(id..id + 1, true, Carry::default(), deadline, &mut write) {
         Ok(Some(ticket)) => ticket,
         Ok(None) => return Err(Error::Protocol(Violation::MissingResponse)),
         Err(SendError::Dead(e) | SendError::Failed(e)) => return Err(as_connect(e)),
@@ -628,8 +653,9 @@ impl Client {
     /// Transport errors and [`Error::Encode`].
     pub fn notify<P: Serialize>(&self, method: &str, params: P) -> Result<(), Error> {
         let deadline = Instant::now() + self.options.timeout;
-        let mut write = |buf: &mut Vec<u8>| encode(write_request(buf, None, method, &params));
-        self.send(0..0, false, false, deadline, &mut write)
+        let mut write =
+            |buf: &mut Vec<u8>, _: Option<u64>| write_call(buf, None, method, &params, None);
+        self.send(0..0, false, Carry::default(), deadline, &mut write)
             .map(|_| ())
     }
 
@@ -643,9 +669,11 @@ impl Client {
     pub fn start<P: Serialize>(&self, method: &str, params: P) -> Result<Pending<'_>, Error> {
         let id = self.next_ids(1);
         let deadline = Instant::now() + self.options.timeout;
-        let mut write =
-            |buf: &mut Vec<u8>| encode(write_request(buf, Some(Id::UInt(id)), method, &params));
-        let (conn, ticket) = self.send(id..id + 1, true, false, deadline, &mut write)?;
+        let mut write = |buf: &mut Vec<u8>, meta: Option<u64>| {
+            write_call(buf, Some(Id::UInt(id)), method, &params, meta)
+        };
+        let (conn, ticket) =
+            self.send(id..id + 1, true, self.carry(deadline), deadline, &mut write)?;
         Ok(Pending {
             conn,
             ticket,
@@ -660,22 +688,31 @@ impl Client {
         Batch::new(self)
     }
 
+    /// What a call that ends at `until` carries: its budget, unless turned off
+    /// ([`Options::send_deadline`]).
+    pub(crate) fn carry(&self, until: Instant) -> Carry {
+        Carry {
+            idempotent: false,
+            until: self.options.send_deadline.then_some(until),
+        }
+    }
+
     /// Sends on the live connection; a connection found dead before anything was
     /// written is replaced once. Every wait (for a reconnect, the writer, the write)
-    /// ends at `deadline`, the call's one deadline. `idempotent`: over HTTP, with an
-    /// `Idempotency-Key` naming the call by its first id.
+    /// ends at `deadline`, the call's one deadline. `carry`: the `Idempotency-Key` and
+    /// the budget (see [`Conn::send`]).
     pub(crate) fn send(
         &self,
         ids: std::ops::Range<u64>,
         reply: bool,
-        idempotent: bool,
+        carry: Carry,
         deadline: Instant,
-        write: &mut dyn FnMut(&mut Vec<u8>) -> Result<(), Error>,
+        write: &mut WriteRequest<'_>,
     ) -> Result<(Arc<Conn>, Option<Ticket>), Error> {
         let mut reconnected = false;
         loop {
             let conn = self.conn(deadline)?;
-            match conn.send(ids.clone(), reply, idempotent, deadline, write) {
+            match conn.send(ids.clone(), reply, carry, deadline, write) {
                 Ok(t) => return Ok((conn, t)),
                 Err(SendError::Dead(_)) if !reconnected => reconnected = true,
                 Err(SendError::Dead(e) | SendError::Failed(e)) => return Err(e),
@@ -693,12 +730,17 @@ impl Client {
     ) -> Result<T, Error> {
         let id = self.next_ids(1);
         let started = Instant::now();
+        // A retried call's answer may come to any of its attempts (a de-duplicating
+        // server replays it), so the budget is the whole call's: the last retry starts
+        // by `max_elapsed` and waits a timeout.
+        let retry = &self.options.retry;
+        let until = (idempotent && retry.max_attempts > 1)
+            .then(|| started + retry.max_elapsed + self.options.timeout);
         let mut f = Some(f);
         let mut attempt = 1;
         let mut random = 0;
         loop {
-            let r = self.attempt(id, method, params, idempotent, &mut f);
-            let retry = &self.options.retry;
+            let r = self.attempt(id, method, params, idempotent, until, &mut f);
             let e = match r {
                 Err(e) if idempotent && retry.max_attempts > 1 => e,
                 r => return r,
@@ -737,19 +779,26 @@ impl Client {
         }
     }
 
-    /// Sends call `id` and waits for its reply.
+    /// Sends call `id` and waits for its reply. `until`: when the whole call ends, if
+    /// later than this attempt (retried calls), for its budget.
     fn attempt<P: Serialize + ?Sized, T, F: FnOnce(Reply<'_>) -> Result<T, Error>>(
         &self,
         id: u64,
         method: &str,
         params: &P,
         idempotent: bool,
+        until: Option<Instant>,
         f: &mut Option<F>,
     ) -> Result<T, Error> {
         let deadline = Instant::now() + self.options.timeout;
-        let mut write =
-            |buf: &mut Vec<u8>| encode(write_request(buf, Some(Id::UInt(id)), method, params));
-        let (conn, ticket) = self.send(id..id + 1, true, idempotent, deadline, &mut write)?;
+        let mut write = |buf: &mut Vec<u8>, meta: Option<u64>| {
+            write_call(buf, Some(Id::UInt(id)), method, params, meta)
+        };
+        let carry = Carry {
+            idempotent,
+            ..self.carry(until.map_or(deadline, |u| u.max(deadline)))
+        };
+        let (conn, ticket) = self.send(id..id + 1, true, carry, deadline, &mut write)?;
         let Some(ticket) = ticket else {
             return Err(Error::Protocol(Violation::MissingResponse));
         };
@@ -798,8 +847,24 @@ fn wait_single<T, F: FnOnce(Reply<'_>) -> Result<T, Error>>(
 }
 
 /// Maps a params-writing failure to [`Error::Encode`].
-fn encode(r: Result<(), crate::serializer::request::ParamsError>) -> Result<(), Error> {
+fn encode<T>(r: Result<T, crate::serializer::request::ParamsError>) -> Result<T, Error> {
     r.map_err(|e| Error::Encode(e.to_string()))
+}
+
+/// Writes a call with `meta`, its budget, added to object params (see
+/// [`Options::send_deadline`]).
+fn write_call<P: Serialize + ?Sized>(
+    buf: &mut Vec<u8>,
+    id: Option<Id<'_>>,
+    method: &str,
+    params: &P,
+    meta: Option<u64>,
+) -> Result<(), Error> {
+    let open = encode(write_request(buf, id, method, params))?;
+    if let (Some(open), Some(ms)) = (open, meta) {
+        insert_meta(buf, open, ms);
+    }
+    Ok(())
 }
 
 /// A call sent by [`Client::start`] whose answer has not been collected yet. Dropping

@@ -5,12 +5,34 @@
 //! object's members and afterwards only points into the tape (and, through it, into the
 //! frame): nothing is copied.
 
-use simd_json::Node;
+use simd_json::{Node, StaticNode};
 
 use super::de::{AbsentDe, TapeDe};
 use super::raw::RawCtx;
-use super::tape::{as_id, members, Id};
+use super::tape::{as_id, members, span, Id};
 use crate::error::RpcError;
+
+/// The largest caller's budget taken, in milliseconds (2³¹ − 1, about 24.8 days).
+/// Larger values are ignored like any other unusable one: no caller means them, and
+/// they keep deadline arithmetic far from overflow.
+pub(crate) const MAX_BUDGET_MS: u32 = i32::MAX as u32;
+
+/// A caller's budget written as text (the `RPC-Timeout-Ms` header): ASCII digits only,
+/// at most [`MAX_BUDGET_MS`]; anything else is no budget (ignored, not refused).
+pub(crate) fn budget_from_text(text: &[u8]) -> Option<u32> {
+    // Ten digits hold every accepted value; the bound also keeps the sum from overflowing.
+    if text.is_empty() || text.len() > 10 {
+        return None;
+    }
+    let mut ms: u64 = 0;
+    for &b in text {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        ms = ms * 10 + u64::from(b - b'0');
+    }
+    u32::try_from(ms).ok().filter(|&ms| ms <= MAX_BUDGET_MS)
+}
 
 /// The params of a call: absent, an array or an object, borrowed from the parsed frame.
 ///
@@ -83,6 +105,52 @@ impl<'a> Params<'a> {
     pub(crate) fn nodes(&self) -> Option<&'a [Node<'a>]> {
         self.nodes
     }
+
+    /// The caller's budget sent as `params._meta.timeoutMs`, in milliseconds: an
+    /// integer in `0..=MAX_BUDGET_MS`; any other value, or none, is no budget.
+    ///
+    /// Cost: nothing unless the params are an object; then one look at each top-level
+    /// key (a length compare first), and at `_meta`'s own keys if it is there.
+    #[inline]
+    pub(crate) fn budget_ms(&self) -> Option<u32> {
+        meta_budget(self.nodes?)
+    }
+}
+
+/// [`Params::budget_ms`] for object params: a plain walk of the top-level keys (a
+/// length test rejects almost every other key at once).
+#[inline]
+fn meta_budget<'a>(nodes: &'a [Node<'a>]) -> Option<u32> {
+    let [Node::Object { len, .. }, rest @ ..] = nodes else {
+        return None;
+    };
+    let mut at = 0;
+    for _ in 0..*len {
+        let Some(Node::String(key)) = rest.get(at) else {
+            return None;
+        };
+        let value = rest.get(at + 1..)?;
+        if key.len() == 5 && *key == "_meta" {
+            return timeout_ms(value);
+        }
+        at += 1 + value.first().map_or(1, span);
+    }
+    None
+}
+
+/// `timeoutMs` of the `_meta` value whose nodes are `meta`.
+#[cold]
+fn timeout_ms<'a>(meta: &'a [Node<'a>]) -> Option<u32> {
+    let (_, value) = members(meta)
+        .filter_map(Result::ok)
+        .find(|(key, _)| *key == "timeoutMs")?;
+    let ms = match value.first()? {
+        Node::Static(StaticNode::U64(u)) => *u,
+        Node::Static(StaticNode::I64(i)) => u64::try_from(*i).ok()?,
+        // Fractions, strings, negatives: not a budget.
+        _ => return None,
+    };
+    u32::try_from(ms).ok().filter(|&ms| ms <= MAX_BUDGET_MS)
 }
 
 /// A request object that passed every envelope rule.
@@ -214,6 +282,73 @@ mod tests {
         match validate(&tape.0, raw) {
             Ok(r) => Ok((r.method.to_string(), r.id, r.params.is_absent())),
             Err(e) => Err((e.id, e.reason)),
+        }
+    }
+
+    /// The budget of `params` (a JSON text).
+    fn budget_of(params: &str) -> Option<u32> {
+        let mut bytes = params.as_bytes().to_vec();
+        let mut tape = Tape(Vec::new());
+        simd_json::fill_tape(&mut bytes, &mut Buffers::default(), &mut tape).unwrap();
+        let raw = RawCtx {
+            frame: b"",
+            structurals: &[],
+            root: &tape.0,
+        };
+        Params::new(Some(&tape.0), raw).budget_ms()
+    }
+
+    #[test]
+    fn budgets_are_read_from_meta_of_object_params_only() {
+        assert_eq!(budget_of(r#"{"_meta":{"timeoutMs":250}}"#), Some(250));
+        assert_eq!(
+            budget_of(r#"{"a":[{"_meta":1}],"_meta":{"x":{"timeoutMs":1},"timeoutMs":0}}"#),
+            Some(0)
+        );
+        // The first `_meta` is the one read, as serde's maps keep the first too.
+        assert_eq!(
+            budget_of(r#"{"_meta":{"timeoutMs":5},"_meta":{"timeoutMs":9}}"#),
+            Some(5)
+        );
+        assert_eq!(
+            budget_of(r#"{"_meta":{"timeoutMs":2147483647}}"#),
+            Some(MAX_BUDGET_MS)
+        );
+        // As the fuzzing reference reads it: an integer literal, zero.
+        assert_eq!(budget_of(r#"{"_meta":{"timeoutMs":-0}}"#), Some(0));
+        for ignored in [
+            r#"[{"_meta":{"timeoutMs":1}}]"#,
+            r#"{}"#,
+            r#"{"meta":{"timeoutMs":1}}"#,
+            r#"{"_meta":{"timeout":1}}"#,
+            r#"{"_meta":[1]}"#,
+            r#"{"_meta":{"timeoutMs":-1}}"#,
+            r#"{"_meta":{"timeoutMs":1.5}}"#,
+            r#"{"_meta":{"timeoutMs":1e3}}"#,
+            r#"{"_meta":{"timeoutMs":"100"}}"#,
+            r#"{"_meta":{"timeoutMs":null}}"#,
+            r#"{"_meta":{"timeoutMs":2147483648}}"#,
+            r#"{"_meta":{"timeoutMs":18446744073709551616}}"#,
+        ] {
+            assert_eq!(budget_of(ignored), None, "{ignored}");
+        }
+    }
+
+    #[test]
+    fn budget_text_is_digits_within_bounds() {
+        assert_eq!(budget_from_text(b"0"), Some(0));
+        assert_eq!(budget_from_text(b"0030"), Some(30));
+        assert_eq!(budget_from_text(b"2147483647"), Some(MAX_BUDGET_MS));
+        for bad in [
+            &b""[..],
+            b"-1",
+            b"1.0",
+            b" 1",
+            b"2147483648",
+            b"12345678901",
+            b"1x",
+        ] {
+            assert_eq!(budget_from_text(bad), None, "{bad:?}");
         }
     }
 

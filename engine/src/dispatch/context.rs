@@ -169,6 +169,12 @@ impl<'a> Headers<'a> {
     pub fn get_str(&self, name: &str) -> Option<&'a str> {
         self.get(name).and_then(|v| std::str::from_utf8(v).ok())
     }
+
+    /// The caller's budget in milliseconds from `RPC-Timeout-Ms` (its first field), if
+    /// that holds a usable one (see docs/PROTOCOL.md, "Deadlines").
+    pub(crate) fn budget_ms(&self) -> Option<u32> {
+        crate::codec::request::budget_from_text(self.get("rpc-timeout-ms")?)
+    }
 }
 
 impl std::fmt::Debug for Headers<'_> {
@@ -339,8 +345,12 @@ impl<'a> Context<'a> {
         self.source.trace
     }
 
-    /// When the server answers `-32001` if the call has not been answered: set for
-    /// calls answered later (pool and deferred methods) under `request_timeout`.
+    /// When the server answers `-32001` if the call has not been answered: the earlier
+    /// of `request_timeout` and the caller's own budget (`RPC-Timeout-Ms`, or
+    /// `params._meta.timeoutMs`; see docs/PROTOCOL.md, "Deadlines"), both counted from
+    /// when the request was taken up. Set for calls answered later (pool and deferred
+    /// methods) and, when the caller sent a budget, for calls answered at once too;
+    /// `None` when neither applies.
     pub fn deadline(&self) -> Option<Instant> {
         self.deadline
     }
@@ -359,5 +369,30 @@ mod tests {
         assert_eq!(h.get_str("X-A"), Some("1"));
         assert_eq!(h.get("missing"), None);
         assert_eq!(h.iter().count(), 4);
+    }
+
+    #[test]
+    fn the_budget_header_is_digits_within_bounds() {
+        let budget = |v: &str| {
+            let head = format!("POST / HTTP/1.1\r\nHost: x\r\nRPC-Timeout-Ms: {v}\r\n\r\n");
+            Headers::new(head.as_bytes()).budget_ms()
+        };
+        assert_eq!(budget("250"), Some(250));
+        assert_eq!(budget(" 0 "), Some(0));
+        assert_eq!(budget("2147483647"), Some(2_147_483_647));
+        for ignored in [
+            "",
+            "-1",
+            "1.5",
+            "1e3",
+            "+5",
+            "0x10",
+            "2147483648",
+            "99999999999",
+        ] {
+            assert_eq!(budget(ignored), None, "{ignored:?}");
+        }
+        let none = Headers::new(b"POST / HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(none.budget_ms(), None);
     }
 }

@@ -191,7 +191,8 @@ impl RegistryBuilder {
     /// call: parse what the work needs into owned values before returning.
     ///
     /// The server answers `-32001` if the responder has not answered by the call's
-    /// deadline (`request_timeout`), and `-32603` if it is dropped unanswered.
+    /// deadline ([`Context::deadline`]: `request_timeout`, or the caller's budget if
+    /// shorter), and `-32603` if it is dropped unanswered.
     ///
     /// # Errors
     ///

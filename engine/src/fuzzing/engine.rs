@@ -249,17 +249,29 @@ impl Deferrals for Collect {
         _method: &str,
         _metric: u32,
         _dedup: Option<crate::dedup::Digest>,
+        _deadline: Option<Instant>,
     ) -> bool {
         self.0.push((range, id.map(OwnedId::from)));
         true
     }
 
-    fn responder(&mut self, _id: Id<'_>, _method: &str, _metric: u32, _bytes: usize) -> Responder {
+    fn responder(
+        &mut self,
+        _id: Id<'_>,
+        _method: &str,
+        _metric: u32,
+        _bytes: usize,
+        _deadline: Option<Instant>,
+    ) -> Responder {
         // The fuzzed engines register no deferred method.
         Responder::detached()
     }
 
-    fn deadline(&mut self) -> Option<Instant> {
+    fn taken_at(&mut self) -> Instant {
+        Instant::now()
+    }
+
+    fn deadline(&mut self, _budget: Option<u32>) -> Option<Instant> {
         None
     }
 

@@ -356,6 +356,16 @@ pub(crate) fn elem(json: Json) -> Elem {
     })();
     let (answer, blocking, sleeps) = match checked {
         Err(id) => (Some(invalid(id)), false, 0),
+        // A caller's budget of 0 ms has run out before the call runs: refused, not
+        // deferred. (Larger budgets never run out within a fuzzed frame: nothing
+        // answered inline sleeps.)
+        Ok((_, params, id)) if budget(params) == Some(0) => {
+            let answer = id.map(|id| Answer {
+                id,
+                what: What::Error(codes::REQUEST_TIMEOUT),
+            });
+            (answer, false, 0)
+        }
         Ok((method, params, id)) => {
             let (result, sleeps) = demo(method, params);
             let answer = id.map(|id| Answer {
@@ -374,6 +384,13 @@ pub(crate) fn elem(json: Json) -> Elem {
         blocking,
         sleeps,
     }
+}
+
+/// `params._meta.timeoutMs` as the engine reads it: the first `_meta` member of object
+/// params, its first `timeoutMs`, an integer in `0..=MAX_BUDGET_MS`.
+fn budget(params: Option<&Json>) -> Option<u64> {
+    let ms = as_u64(params?.get("_meta")?.get("timeoutMs")?)?;
+    (ms <= u64::from(crate::codec::request::MAX_BUDGET_MS)).then_some(ms)
 }
 
 pub(crate) fn as_i64(v: &Json) -> Option<i64> {

@@ -147,6 +147,9 @@ pub(crate) struct Elem {
     method: Option<Box<str>>,
     /// The method's metric index.
     metric: u32,
+    /// When it is answered `-32001` if not answered: the earlier of `request_timeout`
+    /// and the caller's budget.
+    deadline: Option<Instant>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,6 +189,9 @@ pub(crate) struct Slot {
     trace: Option<Trace>,
     /// The caller's identity, for the access log (only when it is on).
     identity: Option<Arc<str>>,
+    /// The connection's key and generation, to submit queued elements when some expire.
+    key: usize,
+    generation: u64,
 }
 
 impl Slot {
@@ -206,6 +212,8 @@ impl Slot {
             inflight: None,
             trace: None,
             identity: None,
+            key: 0,
+            generation: 0,
         }
     }
 
@@ -225,7 +233,8 @@ pub(crate) struct Sink<'p> {
     reply_to: &'p Arc<ReplyTo>,
     tag: Tag,
     timeout: Option<Duration>,
-    deadline: Option<Instant>,
+    /// When the frame was taken up: read on first need (budgets count from it).
+    taken_at: Option<Instant>,
     max: usize,
     /// Hooks are set: keep each call's method for the after hook.
     hooks: bool,
@@ -263,6 +272,7 @@ impl Deferrals for Sink<'_> {
         method: &str,
         metric: u32,
         dedup: Option<Digest>,
+        deadline: Option<Instant>,
     ) -> bool {
         let method = self.method(method);
         self.elems.push(Elem {
@@ -271,11 +281,19 @@ impl Deferrals for Sink<'_> {
             state: ElemState::Queued,
             method,
             metric,
+            deadline,
         });
         true
     }
 
-    fn responder(&mut self, id: Id<'_>, method: &str, metric: u32, bytes: usize) -> Responder {
+    fn responder(
+        &mut self,
+        id: Id<'_>,
+        method: &str,
+        metric: u32,
+        bytes: usize,
+        deadline: Option<Instant>,
+    ) -> Responder {
         let element = u32::try_from(self.elems.len()).unwrap_or(u32::MAX);
         let method = self.method(method);
         self.elems.push(Elem {
@@ -284,6 +302,7 @@ impl Deferrals for Sink<'_> {
             state: ElemState::Running,
             method,
             metric,
+            deadline,
         });
         let tag = Tag {
             element,
@@ -293,11 +312,12 @@ impl Deferrals for Sink<'_> {
         Responder::new(target, tag, OwnedId::from(id), self.max)
     }
 
-    fn deadline(&mut self) -> Option<Instant> {
-        if self.deadline.is_none() {
-            self.deadline = self.timeout.map(|t| Instant::now() + t);
-        }
-        self.deadline
+    fn taken_at(&mut self) -> Instant {
+        *self.taken_at.get_or_insert_with(Instant::now)
+    }
+
+    fn deadline(&mut self, budget: Option<u32>) -> Option<Instant> {
+        crate::engine::deadline_of(self.taken_at(), self.timeout, budget)
     }
 
     fn answered(&mut self, _out: &mut Vec<u8>) -> Option<Option<i32>> {
@@ -410,7 +430,7 @@ impl Pending {
                 element: 0,
             },
             timeout: self.timeout,
-            deadline: None,
+            taken_at: None,
             max: self.max_response_bytes,
             hooks: self.hooks.is_some() || self.access_log.is_some(),
             answered: 0,
@@ -422,8 +442,8 @@ impl Pending {
     }
 
     /// The slot for a frame the engine left calls of (`split` is not `Done`), with the
-    /// JSON written so far (`json`: a batch's open array, or nothing), and `deadline`
-    /// the sink gave its calls. Submits its pool calls and sets its timer. The slot may
+    /// JSON written so far (`json`: a batch's open array, or nothing). Submits its pool
+    /// calls and sets a timer for each deadline the sink gave its calls. The slot may
     /// be ready at once (every call refused for a full queue).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn open(
@@ -468,15 +488,23 @@ impl Pending {
             inflight: self.local.as_ref().map(|l| l.inflight(remaining)),
             trace,
             identity: identity.filter(|_| self.access_log.is_some()),
+            key: conn,
+            generation,
         };
         self.submit(&mut slot, conn, generation);
         if slot.remaining == 0 {
             finish(&mut slot, headers);
-        } else if let Some(t) = self.timeout {
+        } else {
             // Only calls still pending get a timer: the heap holds no dead entries for
-            // calls answered at once (e.g. "server busy").
-            self.timers
-                .push(Reverse((Instant::now() + t, conn, generation, id)));
+            // calls answered at once (e.g. "server busy"). A frame's calls share one
+            // deadline unless their budgets differ: one timer per distinct deadline.
+            let mut last = None;
+            for e in slot.elems.iter().filter(|e| e.state != ElemState::Done) {
+                if let Some(at) = e.deadline.filter(|&at| last != Some(at)) {
+                    self.timers.push(Reverse((at, conn, generation, id)));
+                    last = Some(at);
+                }
+            }
         }
         slot
     }
@@ -504,7 +532,7 @@ impl Pending {
                     element: i as u32,
                 },
                 reply_to: Arc::clone(&self.reply_to),
-                deadline: self.timeout.map(|t| Instant::now() + t),
+                deadline: slot.elems[i].deadline,
                 dedup: *dedup,
                 trace: slot.trace,
             };
@@ -617,17 +645,28 @@ impl Pending {
         self.timers.peek().map(|Reverse((at, ..))| *at)
     }
 
-    /// Answers every element of `slot` still pending `-32001 Request timed out` (their
-    /// late answers will be dropped) and finishes it.
+    /// Answers every element of `slot` still pending whose deadline has passed
+    /// `-32001 Request timed out` (their late answers will be dropped); finishes the
+    /// slot if none is left, else submits its queued calls in their place.
     pub(crate) fn expire(&self, slot: &mut Slot, headers: &ServerHeaders) {
         if slot.ready {
             return;
         }
         let ms = self.timeout.unwrap_or_default().as_millis();
+        let now = Instant::now();
         for i in 0..slot.elems.len() {
             if slot.elems[i].state == ElemState::Done {
                 continue;
             }
+            // Calls with a later deadline (another budget) wait for their own timer.
+            if slot.elems[i].deadline.is_none_or(|at| at > now) {
+                continue;
+            }
+            if let (Work::Pool(..), ElemState::Running) = (&slot.elems[i].work, slot.elems[i].state)
+            {
+                slot.on_pool -= 1;
+            }
+            slot.remaining -= 1;
             slot.elems[i].state = ElemState::Done;
             if let Some(l) = &self.local {
                 l.event(Event::DeadlineExceeded);
@@ -638,15 +677,20 @@ impl Pending {
                     &mut err,
                     id.as_id(),
                     Reason::DeadlineExceeded,
-                    format_args!("Request timed out: no result within request_timeout ({ms} ms)"),
+                    format_args!(
+                        "Request timed out: no result by its deadline (request_timeout {ms} ms, or the caller's shorter budget)"
+                    ),
                 );
                 slot.push_answer(&err, Some(id.as_id()));
             }
             self.after(slot, i, Some(ErrorCode::RequestTimeout.code()), err.len());
         }
-        slot.remaining = 0;
-        slot.on_pool = 0;
-        finish(slot, headers);
+        if slot.remaining > 0 {
+            self.submit(slot, slot.key, slot.generation);
+        }
+        if slot.remaining == 0 {
+            finish(slot, headers);
+        }
     }
 }
 

@@ -32,6 +32,8 @@ pub(crate) struct Job {
     pub(crate) tag: Tag,
     pub(crate) reply_to: Arc<ReplyTo>,
     /// Past this the caller has been answered `-32001` already: the job is skipped.
+    /// The call's own deadline (the earlier of `request_timeout` and the caller's
+    /// budget), which its context shows.
     pub(crate) deadline: Option<Instant>,
     /// The call's de-duplication key, made where it was read; claimed here.
     pub(crate) dedup: Option<Digest>,
@@ -111,7 +113,14 @@ fn work(engine: &Engine, rx: &Receiver<Job>, stopping: &AtomicBool) {
             Some(t) => source.with_trace(t),
             None => source,
         };
-        let code = engine.run_job(&job.frame, &source, &mut scratch, &mut reply, job.dedup);
+        let code = engine.run_job(
+            &job.frame,
+            &source,
+            &mut scratch,
+            &mut reply,
+            job.dedup,
+            job.deadline,
+        );
         job.reply_to.complete(job.tag, reply, code);
     }
 }
