@@ -548,7 +548,7 @@ impl Engine {
         let nodes = raw.root;
         let max = self.config.max_response_bytes;
         // Read once per frame: it applies to every call of an HTTP request.
-        let header = source.headers.and_then(|h| h.budget_ms());
+        let header = source.header_budget();
         match nodes.first() {
             Some(Node::Array { len: 0, .. }) => {
                 defer.outcome(self.unknown(), Some(crate::error::INVALID_REQUEST));
@@ -645,7 +645,13 @@ impl Engine {
             // A budget can only be in a header or in object params: calls with neither
             // (the common case) pay two tests, no clock read and no scan.
             if header.is_some() || req.params.is_object() {
-                if let Some(ms) = budget(header, &req.params) {
+                // `_meta` (a budget, a trace) is read where everything else is.
+                if req.params.meta().is_some() {
+                    return self.single_with(
+                        req, entry, nodes, raw, source, out, limit, defer, element, header,
+                    );
+                }
+                if let Some(ms) = header {
                     if let Some(refused) = self.ran_out(&req, entry, ms, out, defer) {
                         return refused;
                     }
@@ -682,6 +688,19 @@ impl Engine {
         header: Option<u32>,
     ) -> Answer {
         let max = self.config.max_response_bytes;
+        // A trace sent in `params._meta.traceparent` (any transport) is this call's.
+        let own;
+        let source = match req
+            .params
+            .meta_traceparent()
+            .and_then(|t| Trace::from_traceparent(t.as_bytes()))
+        {
+            Some(t) => {
+                own = t;
+                &source.with_trace(&own)
+            }
+            None => source,
+        };
         // A sampled call runs in a span, for the host's subscriber.
         let span = source
             .trace

@@ -91,6 +91,40 @@ fn sampling_starts_traces_on_every_transport() {
     served.stop();
 }
 
+#[test]
+fn a_meta_traceparent_traces_the_call_on_any_transport() {
+    let served = Served::start(demo::engine(Config::default()), ServerConfig::default());
+    let call = |id: i64| json!({"jsonrpc": "2.0", "method": "whoami", "params": {"_meta": {"traceparent": TRACEPARENT}}, "id": id});
+    let mut tcp = Line::tcp(served.tcp);
+    let a = tcp.call(&call(1));
+    assert_eq!(a["result"]["trace_id"], json!(TRACE_ID), "{a}");
+    let mut unix = Line::unix(&served.unix);
+    let a = unix.call(&call(2));
+    assert_eq!(a["result"]["trace_id"], json!(TRACE_ID), "{a}");
+    // In a batch, only the element that carries it.
+    let batch = json!([call(3), whoami(4)]);
+    let a = post(served.http, &[], &batch);
+    let answers = a.body.as_array().expect("a batch answer").clone();
+    let by_id = |id: i64| {
+        answers
+            .iter()
+            .find(|x| x["id"] == json!(id))
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(by_id(3)["result"]["trace_id"], json!(TRACE_ID));
+    assert_eq!(by_id(4)["result"].get("trace_id"), None);
+    // An invalid one is ignored; the call runs untraced.
+    let bad = json!({"jsonrpc": "2.0", "method": "whoami", "params": {"_meta": {"traceparent": "00-nope"}}, "id": 5});
+    let a = tcp.call(&bad);
+    assert_eq!(a["result"].get("trace_id"), None, "{a}");
+    // A plain method with `_meta` still answers (its params are its own business).
+    let echo = json!({"jsonrpc": "2.0", "method": "echo", "params": {"_meta": {"traceparent": TRACEPARENT}, "x": 1}, "id": 6});
+    let a = tcp.call(&echo);
+    assert_eq!(a["result"]["x"], json!(1), "{a}");
+    served.stop();
+}
+
 /// The spans opened, with their fields (a minimal `tracing` subscriber).
 #[derive(Clone, Default)]
 struct Spans(Arc<Mutex<Vec<BTreeMap<String, String>>>>, Arc<AtomicU64>);

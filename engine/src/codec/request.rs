@@ -113,14 +113,33 @@ impl<'a> Params<'a> {
     /// key (a length compare first), and at `_meta`'s own keys if it is there.
     #[inline]
     pub(crate) fn budget_ms(&self) -> Option<u32> {
-        meta_budget(self.nodes?)
+        timeout_ms(self.meta()?)
+    }
+
+    /// The value of `params._meta` (object params only), where callers put what is
+    /// about the call rather than for the method (MCP's convention): `timeoutMs`,
+    /// `traceparent`.
+    #[inline]
+    pub(crate) fn meta(&self) -> Option<&'a [Node<'a>]> {
+        meta_value(self.nodes?)
+    }
+
+    /// `params._meta.traceparent`, if it is a string.
+    pub(crate) fn meta_traceparent(&self) -> Option<&'a str> {
+        let (_, value) = members(self.meta()?)
+            .filter_map(Result::ok)
+            .find(|(key, _)| *key == "traceparent")?;
+        match value.first()? {
+            Node::String(s) => Some(s),
+            _ => None,
+        }
     }
 }
 
-/// [`Params::budget_ms`] for object params: a plain walk of the top-level keys (a
-/// length test rejects almost every other key at once).
+/// [`Params::meta`]: a plain walk of the top-level keys (a length test rejects almost
+/// every other key at once).
 #[inline]
-fn meta_budget<'a>(nodes: &'a [Node<'a>]) -> Option<u32> {
+fn meta_value<'a>(nodes: &'a [Node<'a>]) -> Option<&'a [Node<'a>]> {
     let [Node::Object { len, .. }, rest @ ..] = nodes else {
         return None;
     };
@@ -131,7 +150,7 @@ fn meta_budget<'a>(nodes: &'a [Node<'a>]) -> Option<u32> {
         };
         let value = rest.get(at + 1..)?;
         if key.len() == 5 && *key == "_meta" {
-            return timeout_ms(value);
+            return Some(value);
         }
         at += 1 + value.first().map_or(1, span);
     }

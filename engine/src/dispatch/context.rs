@@ -204,6 +204,9 @@ pub struct Source<'a> {
     pub(crate) session: Option<&'a Session>,
     /// The trace the frame's calls belong to, if any.
     pub(crate) trace: Option<&'a Trace>,
+    /// The caller's `RPC-Timeout-Ms` budget when the transport read it already
+    /// (`None`: look in `headers` if there are any).
+    pub(crate) header_budget: Option<Option<u32>>,
 }
 
 impl<'a> Source<'a> {
@@ -214,6 +217,7 @@ impl<'a> Source<'a> {
             headers: None,
             session: None,
             trace: None,
+            header_budget: None,
         }
     }
 
@@ -225,6 +229,7 @@ impl<'a> Source<'a> {
             headers: Some(Headers::new(head)),
             session: None,
             trace: None,
+            header_budget: None,
         }
     }
 
@@ -244,6 +249,24 @@ impl<'a> Source<'a> {
         Self {
             trace: Some(trace),
             ..self
+        }
+    }
+
+    /// The same source, with the `RPC-Timeout-Ms` budget the transport read while
+    /// parsing the head (so the engine need not look for it again).
+    pub(crate) fn with_header_budget(self, budget: Option<u32>) -> Self {
+        Self {
+            header_budget: Some(budget),
+            ..self
+        }
+    }
+
+    /// The caller's budget from `RPC-Timeout-Ms`, in milliseconds.
+    #[inline]
+    pub(crate) fn header_budget(&self) -> Option<u32> {
+        match self.header_budget {
+            Some(known) => known,
+            None => self.headers.and_then(|h| h.budget_ms()),
         }
     }
 

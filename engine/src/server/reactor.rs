@@ -677,7 +677,12 @@ fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<usize>)
             },
             Decoder::Http(d) => match d.decode(&mut conn.rbuf) {
                 None => return,
-                Some(HttpEvent::Rpc { body, reply, trace }) => {
+                Some(HttpEvent::Rpc {
+                    body,
+                    reply,
+                    trace,
+                    budget,
+                }) => {
                     if !reply.keep_alive {
                         conn.read_closed = true;
                     }
@@ -686,7 +691,7 @@ fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<usize>)
                         conn,
                         key,
                         body.body(),
-                        Some((reply, body.head())),
+                        Some((reply, body.head(), budget)),
                         trace,
                     );
                 }
@@ -763,13 +768,13 @@ fn answer(
     conn: &mut Conn,
     key: usize,
     frame: &[u8],
-    http: Option<(Reply, &[u8])>,
+    http: Option<(Reply, &[u8], Option<u32>)>,
     trace: Option<Trace>,
 ) {
     let mark = conn.out.len();
     // The caller's trace (HTTP `traceparent`), or one of ours for a sampled frame.
     let trace = trace.or_else(|| ctx.engine.sample_trace());
-    if let (Some((reply, request_head)), Some(guard)) = (http, ctx.engine.guard()) {
+    if let (Some((reply, request_head, _)), Some(guard)) = (http, ctx.engine.guard()) {
         // Credentials come with each HTTP request: checked before its body is read.
         let headers = Headers::new(request_head);
         if let Err(denied) = guard.authenticate_http(&conn.session, &headers) {
@@ -782,7 +787,7 @@ fn answer(
         }
     }
     // HTTP: room for the head is reserved first, so the JSON is written in place.
-    let head = http.map(|(reply, _)| {
+    let head = http.map(|(reply, _, _)| {
         let mark = match trace {
             None => http::begin_json_response(&mut conn.out, reply, &ctx.http),
             Some(_) => http::begin_json_response_traced(&mut conn.out, reply, &ctx.http),
@@ -791,7 +796,9 @@ fn answer(
     });
     let body_at = conn.out.len();
     let source = match http {
-        Some((_, request_head)) => Source::http(&conn.info, request_head),
+        Some((_, request_head, budget)) => {
+            Source::http(&conn.info, request_head).with_header_budget(budget)
+        }
         None => Source::new(&conn.info),
     }
     .with_session(&conn.session);
@@ -840,7 +847,7 @@ fn answer(
     }
     conn.out.truncate(mark);
     conn.next_slot += 1;
-    let reply = http.map(|(reply, _)| reply);
+    let reply = http.map(|(reply, _, _)| reply);
     let slot = ctx.pending.open(
         &conn.info,
         key,

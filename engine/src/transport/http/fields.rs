@@ -121,6 +121,8 @@ pub(super) struct Fields<'h> {
     pub(super) expect: bool,
     /// The caller's trace: the first valid `traceparent`.
     pub(super) trace: Option<Trace>,
+    /// The first `RPC-Timeout-Ms`, if seen (`Some(None)`: seen, not a usable budget).
+    pub(super) budget: Option<Option<u32>>,
     /// The first `Origin`.
     pub(super) origin: Option<&'h [u8]>,
 }
@@ -147,6 +149,10 @@ impl<'h> Fields<'h> {
             12 if is(b"content-type") => self.not_json |= !is_json(value),
             16 if is(b"content-encoding") => {
                 self.encoded |= list(value).any(|c| !c.eq_ignore_ascii_case(b"identity"));
+            }
+            14 if is(b"rpc-timeout-ms") => {
+                self.budget
+                    .get_or_insert(crate::codec::request::budget_from_text(value));
             }
             14 if is(b"content-length") => {
                 // RFC 9110 §8.6: a list of identical values may be accepted as one.

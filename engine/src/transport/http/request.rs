@@ -267,6 +267,8 @@ pub(crate) enum HttpEvent {
         /// The caller's trace, from the first valid `traceparent` header (W3C Trace
         /// Context), with a new span for the server.
         trace: Option<Trace>,
+        /// The caller's budget from the first `RPC-Timeout-Ms`, in milliseconds.
+        budget: Option<u32>,
     },
     /// `GET /health`: answer with [`write_health`](super::write_health).
     Health {
@@ -365,6 +367,7 @@ impl State {
 struct RpcMeta {
     reply: Reply,
     trace: Option<Trace>,
+    budget: Option<u32>,
     /// The head's length: it stays at the front of the buffer, before the body, until
     /// the two are split off together.
     head: usize,
@@ -528,6 +531,7 @@ impl HttpDecoder {
             },
             reply: meta.reply,
             trace: meta.trace,
+            budget: meta.budget,
         }
     }
 
@@ -719,6 +723,7 @@ impl HttpDecoder {
                     meta: RpcMeta {
                         reply,
                         trace: f.trace,
+                        budget: f.budget.flatten(),
                         head: head_len,
                     },
                 },
