@@ -358,6 +358,9 @@ impl Engine {
         };
         let split = self.parse_and(frame, source, scratch, out, &mut wait);
         scratch.waiter = wait.waiter;
+        if let Some(l) = local {
+            l.flush();
+        }
         match split {
             Split::Done(outcome) => outcome,
             // `Wait` takes no call for later.

@@ -109,10 +109,15 @@ const FALLBACK: &str = "fallback";
 /// read by scrapes: relaxed loads and stores, no read-modify-write.
 #[derive(Debug)]
 pub(crate) struct Shard {
-    /// Calls by (method, transport, code slot).
-    calls: Box<[AtomicU64]>,
-    /// Per method: the duration buckets, then the sum of durations in ticks.
-    durations: Box<[AtomicU64]>,
+    /// Calls answered with a result, by (method, transport, duration bucket): one
+    /// count per call is both its `ringrpc_requests_total` and its histogram bucket.
+    ok: Box<[AtomicU64]>,
+    /// Calls answered with an error, by (method, transport, code slot).
+    errors: Box<[AtomicU64]>,
+    /// Their duration buckets, by (method, bucket).
+    error_buckets: Box<[AtomicU64]>,
+    /// Per method, the sum of durations in ticks.
+    sums: Box<[AtomicU64]>,
     /// The batch size buckets, then the sum of sizes.
     batch: [AtomicU64; BATCH_BUCKETS + 1],
     received: [AtomicU64; TRANSPORTS.len()],
@@ -138,8 +143,10 @@ impl Shard {
     fn new(methods: usize) -> Self {
         let zeros = |n: usize| (0..n).map(|_| AtomicU64::new(0)).collect();
         Self {
-            calls: zeros(methods * TRANSPORTS.len() * CODES),
-            durations: zeros(methods * (DURATION_BUCKETS + 1)),
+            ok: zeros(methods * TRANSPORTS.len() * DURATION_BUCKETS),
+            errors: zeros(methods * TRANSPORTS.len() * CODES),
+            error_buckets: zeros(methods * DURATION_BUCKETS),
+            sums: zeros(methods),
             batch: Default::default(),
             received: Default::default(),
             sent: Default::default(),
@@ -246,7 +253,9 @@ impl Metrics {
         Local {
             shard,
             mark: Cell::new(ticks.now()),
+            pending: Cell::new(Vec::with_capacity(256)),
             ticks,
+            methods: s.names.len(),
             shared: Arc::clone(s),
         }
     }
@@ -329,8 +338,21 @@ impl Metrics {
         for (m, name) in s.names.iter().enumerate() {
             for (t, transport) in TRANSPORTS.iter().enumerate() {
                 for (slot, code) in codes.iter().enumerate() {
-                    let i = (m * TRANSPORTS.len() + t) * CODES + slot;
-                    let n = sum(&|sh| sh.calls[i].load(Relaxed));
+                    let n = match slot {
+                        0 => {
+                            let at = (m * TRANSPORTS.len() + t) * DURATION_BUCKETS;
+                            sum(&|sh| {
+                                sh.ok[at..at + DURATION_BUCKETS]
+                                    .iter()
+                                    .map(|c| c.load(Relaxed))
+                                    .sum()
+                            })
+                        }
+                        _ => {
+                            let i = (m * TRANSPORTS.len() + t) * CODES + slot;
+                            sum(&|sh| sh.errors[i].load(Relaxed))
+                        }
+                    };
                     if n == 0 {
                         continue;
                     }
@@ -351,16 +373,25 @@ impl Metrics {
 
         let name = "ringrpc_request_duration_seconds";
         head(&mut out, name, "histogram", "Time from reading a call to its answer, by method (a call answered inline: from the read, or the end of the call before it in the same read, to its answer).");
-        let stride = DURATION_BUCKETS + 1;
         for (m, method) in s.names.iter().enumerate() {
             let buckets: Vec<u64> = (0..DURATION_BUCKETS)
-                .map(|b| sum(&|sh| sh.durations[m * stride + b].load(Relaxed)))
+                .map(|b| {
+                    sum(&|sh| {
+                        let ok: u64 = (0..TRANSPORTS.len())
+                            .map(|t| {
+                                sh.ok[(m * TRANSPORTS.len() + t) * DURATION_BUCKETS + b]
+                                    .load(Relaxed)
+                            })
+                            .sum();
+                        ok + sh.error_buckets[m * DURATION_BUCKETS + b].load(Relaxed)
+                    })
+                })
                 .collect();
             let count: u64 = buckets.iter().sum();
             if count == 0 {
                 continue;
             }
-            let ticks = sum(&|sh| sh.durations[m * stride + DURATION_BUCKETS].load(Relaxed));
+            let ticks = sum(&|sh| sh.sums[m].load(Relaxed));
             let mut label = String::from("method=\"");
             escape(&mut label, method);
             label.push('"');
@@ -513,15 +544,25 @@ fn escape(out: &mut String, v: &str) {
 
 /// A thread's claim on a shard: what records. Not `Sync` (each shard has one writer);
 /// the shard goes back to the free list when the claim is dropped.
-#[derive(Debug)]
 pub(crate) struct Local {
     shard: Arc<Shard>,
     /// A copy of the shared clock: read without an indirection.
     ticks: Ticks,
+    /// Method labels (the registered ones, `unknown`, `fallback`).
+    methods: usize,
     shared: Arc<Shared>,
-    /// When the call being answered started (ticks): the frame's start, then the end of
-    /// the previous call of the frame.
+    /// When the calls being answered were read (ticks).
     mark: Cell<u64>,
+    /// Calls answered since the last flush: (method, transport, code). Reused.
+    pending: Cell<Vec<(u32, Transport, Option<i32>)>>,
+}
+
+impl std::fmt::Debug for Local {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Local")
+            .field("methods", &self.methods)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Drop for Local {
@@ -543,13 +584,31 @@ impl Local {
     }
 
     /// A call to the method of metric index `method`, answered now with `code` (`None`:
-    /// a result); it took the time since the last [`Local::start`] or the end of the
-    /// previous call, whichever came last.
+    /// a result). Counted at the next [`Local::flush`], with the time from the last
+    /// [`Local::start`] to then: the calls answered from one read leave in one write
+    /// when it is done, so that is when each of their answers is ready. (Reading the
+    /// clock per call instead cost ~16 ns a call, 4–5 % of a pipelined request.)
     #[inline(always)]
     pub(crate) fn call(&self, method: u32, transport: Transport, code: Option<i32>) {
-        let now = self.ticks.now();
-        let took = now.saturating_sub(self.mark.replace(now));
-        self.record(method, transport, code, took);
+        let mut pending = self.pending.take();
+        pending.push((method, transport, code));
+        self.pending.set(pending);
+    }
+
+    /// Counts the calls answered since the last flush, each with the time since the
+    /// last [`Local::start`]: once per socket read on a reactor, once per frame for an
+    /// embedder.
+    #[inline]
+    pub(crate) fn flush(&self) {
+        let mut pending = self.pending.take();
+        if !pending.is_empty() {
+            let took = self.ticks.now().saturating_sub(self.mark.get());
+            for &(method, transport, code) in &pending {
+                self.record(method, transport, code, took);
+            }
+            pending.clear();
+        }
+        self.pending.set(pending);
     }
 
     /// A call answered later, `took` after it was read.
@@ -564,29 +623,40 @@ impl Local {
         self.record(method, transport, code, ticks);
     }
 
+    /// Counts a call: a result is one count (its method, transport and duration bucket
+    /// together) and the duration's sum; an error is counted by code, out of line.
     #[inline(always)]
     fn record(&self, method: u32, transport: Transport, code: Option<i32>, ticks: u64) {
-        let n = self.shared.names.len();
+        // Past the registered methods (and `unknown`, `fallback`): `unknown`.
         let m = match method as usize {
-            m if m < n => m,
-            _ => n - 2,
+            m if m < self.methods => m,
+            _ => self.methods - 2,
         };
-        let slot = match code {
-            None => 0,
-            Some(c) => self.code_slot(c),
-        };
+        let b = self.ticks.bucket(ticks);
+        match code {
+            None => {
+                let i = (m * TRANSPORTS.len() + transport.index()) * DURATION_BUCKETS + b;
+                if let Some(c) = self.shard.ok.get(i) {
+                    bump(c, 1);
+                }
+            }
+            Some(code) => self.error(m, transport, code, b),
+        }
+        if let Some(s) = self.shard.sums.get(m) {
+            bump(s, ticks);
+        }
+    }
+
+    /// [`Local::record`] for a call answered with error `code`.
+    #[cold]
+    fn error(&self, m: usize, transport: Transport, code: i32, bucket: usize) {
+        let slot = self.code_slot(code);
         let i = (m * TRANSPORTS.len() + transport.index()) * CODES + slot;
-        if let Some(c) = self.shard.calls.get(i) {
+        if let Some(c) = self.shard.errors.get(i) {
             bump(c, 1);
         }
-        let at = m * (DURATION_BUCKETS + 1);
-        let b = self.ticks.bucket(ticks);
-        if let (Some(c), Some(s)) = (
-            self.shard.durations.get(at + b),
-            self.shard.durations.get(at + DURATION_BUCKETS),
-        ) {
+        if let Some(c) = self.shard.error_buckets.get(m * DURATION_BUCKETS + bucket) {
             bump(c, 1);
-            bump(s, ticks);
         }
     }
 
@@ -699,11 +769,16 @@ mod tests {
                 let m = m.clone();
                 std::thread::spawn(move || {
                     for _ in 0..1000 {
-                        m.with_local(|l| l.call(0, Transport::Tcp, None));
+                        m.with_local(|l| {
+                            l.start();
+                            l.call(0, Transport::Tcp, None);
+                            l.flush();
+                        });
                     }
                     let l = m.claim();
                     l.call(0, Transport::Tcp, Some(-32602));
                     l.call(7, Transport::Http, Some(42));
+                    l.flush();
                 })
             })
             .collect();
@@ -737,6 +812,7 @@ mod tests {
         for code in 1..100 {
             l.call(0, Transport::Unix, Some(code));
         }
+        l.flush();
         let text = m.render();
         let other = r#"ringrpc_requests_total{method="add",transport="unix",code="other"}"#;
         // 32 slots: success, 13 engine codes, other: 17 left for application codes.

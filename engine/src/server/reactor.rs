@@ -643,6 +643,15 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
 /// buffer: a read of small requests with large answers cannot pile up output past the
 /// mark. Without it (at shutdown) answers them all.
 fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<usize>) {
+    decode_frames(ctx, conn, key, high_water);
+    // The calls answered from this read are counted now, when their answers are ready.
+    if let Some(m) = ctx.pending.metrics() {
+        m.flush();
+    }
+}
+
+/// [`decode`]'s loop over the frames.
+fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<usize>) {
     conn.held = false;
     loop {
         // Each request is timed from its own first byte (see `Conn::track_partial`).
