@@ -40,6 +40,9 @@ const TRANSPORTS: [Transport; 5] = [
     Transport::Embedded,
 ];
 
+/// Calls a [`Local`] holds until it counts them (a flush comes at least this often).
+const PENDING: usize = 512;
+
 /// Code slots per (method, transport): 0 is success, the last is every code past the
 /// table's capacity (`code="other"`).
 const CODES: usize = 32;
@@ -253,7 +256,10 @@ impl Metrics {
         Local {
             shard,
             mark: Cell::new(ticks.now()),
-            pending: Cell::new(Vec::with_capacity(256)),
+            pending: (0..PENDING)
+                .map(|_| Cell::new((0, Transport::Embedded, None)))
+                .collect(),
+            held: Cell::new(0),
             ticks,
             methods: s.names.len(),
             shared: Arc::clone(s),
@@ -553,8 +559,9 @@ pub(crate) struct Local {
     shared: Arc<Shared>,
     /// When the calls being answered were read (ticks).
     mark: Cell<u64>,
-    /// Calls answered since the last flush: (method, transport, code). Reused.
-    pending: Cell<Vec<(u32, Transport, Option<i32>)>>,
+    /// Calls answered since the last flush: (method, transport, code); `held` of them.
+    pending: Box<[Cell<(u32, Transport, Option<i32>)>]>,
+    held: Cell<usize>,
 }
 
 impl std::fmt::Debug for Local {
@@ -590,9 +597,21 @@ impl Local {
     /// clock per call instead cost ~16 ns a call, 4–5 % of a pipelined request.)
     #[inline(always)]
     pub(crate) fn call(&self, method: u32, transport: Transport, code: Option<i32>) {
-        let mut pending = self.pending.take();
-        pending.push((method, transport, code));
-        self.pending.set(pending);
+        let n = self.held.get();
+        match self.pending.get(n) {
+            Some(slot) => {
+                slot.set((method, transport, code));
+                self.held.set(n + 1);
+            }
+            // Full (a read of thousands of calls): count those so far now.
+            None => {
+                self.flush();
+                if let Some(slot) = self.pending.first() {
+                    slot.set((method, transport, code));
+                    self.held.set(1);
+                }
+            }
+        }
     }
 
     /// Counts the calls answered since the last flush, each with the time since the
@@ -600,15 +619,17 @@ impl Local {
     /// embedder.
     #[inline]
     pub(crate) fn flush(&self) {
-        let mut pending = self.pending.take();
-        if !pending.is_empty() {
-            let took = self.ticks.now().saturating_sub(self.mark.get());
-            for &(method, transport, code) in &pending {
-                self.record(method, transport, code, took);
-            }
-            pending.clear();
+        let n = self.held.replace(0);
+        if n == 0 {
+            return;
         }
-        self.pending.set(pending);
+        let took = self.ticks.now().saturating_sub(self.mark.get());
+        // One duration for all of them: one bucket.
+        let b = self.ticks.bucket(took);
+        for slot in self.pending.iter().take(n) {
+            let (method, transport, code) = slot.get();
+            self.count(method, transport, code, took, b);
+        }
     }
 
     /// A call answered later, `took` after it was read.
@@ -625,14 +646,18 @@ impl Local {
 
     /// Counts a call: a result is one count (its method, transport and duration bucket
     /// together) and the duration's sum; an error is counted by code, out of line.
-    #[inline(always)]
     fn record(&self, method: u32, transport: Transport, code: Option<i32>, ticks: u64) {
+        self.count(method, transport, code, ticks, self.ticks.bucket(ticks));
+    }
+
+    /// [`Local::record`] with the duration's bucket `b` known.
+    #[inline(always)]
+    fn count(&self, method: u32, transport: Transport, code: Option<i32>, ticks: u64, b: usize) {
         // Past the registered methods (and `unknown`, `fallback`): `unknown`.
         let m = match method as usize {
             m if m < self.methods => m,
             _ => self.methods - 2,
         };
-        let b = self.ticks.bucket(ticks);
         match code {
             None => {
                 let i = (m * TRANSPORTS.len() + transport.index()) * DURATION_BUCKETS + b;
@@ -803,6 +828,21 @@ mod tests {
         assert_eq!(line(&text, inf), Some(&*format!("{inf} 4004")));
         // Shards are reused, not made per thread.
         assert!(m.shared.shards.lock().map(|s| s.len()).unwrap_or(0) <= 8);
+    }
+
+    #[test]
+    fn a_read_of_more_calls_than_are_held_counts_them_all() {
+        let m = metrics();
+        let l = m.claim();
+        l.start();
+        for _ in 0..PENDING * 3 + 7 {
+            l.call(0, Transport::Tcp, None);
+        }
+        l.flush();
+        l.flush();
+        let text = m.render();
+        let ok = r#"ringrpc_requests_total{method="add",transport="tcp",code="0"}"#;
+        assert_eq!(line(&text, ok), Some(&*format!("{ok} {}", PENDING * 3 + 7)));
     }
 
     #[test]
