@@ -40,6 +40,9 @@ const TRANSPORTS: [Transport; 5] = [
     Transport::Embedded,
 ];
 
+/// A call held until the flush: its method index, transport and error code.
+type Held = (u32, Transport, Option<i32>);
+
 /// Calls a [`Local`] holds until it counts them (a flush comes at least this often).
 const PENDING: usize = 512;
 
@@ -560,7 +563,7 @@ pub(crate) struct Local {
     /// When the calls being answered were read (ticks).
     mark: Cell<u64>,
     /// Calls answered since the last flush: (method, transport, code); `held` of them.
-    pending: Box<[Cell<(u32, Transport, Option<i32>)>]>,
+    pending: Box<[Cell<Held>]>,
     held: Cell<usize>,
 }
 
