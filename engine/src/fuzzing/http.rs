@@ -114,11 +114,17 @@ fn feed_http<'p>(limits: &HttpLimits, pieces: impl IntoIterator<Item = &'p [u8]>
         while let Some(e) = dec.decode(&mut buf) {
             events.push(match e {
                 HttpEvent::Rpc {
-                    body, reply, trace, ..
+                    body,
+                    reply,
+                    traced,
+                    ..
                 } => Ev::Rpc(
                     body.to_vec(),
                     reply,
-                    trace.map(|t| t.trace_id().to_string()),
+                    traced
+                        .then(|| body.trace())
+                        .flatten()
+                        .map(|t| t.trace_id().to_string()),
                 ),
                 HttpEvent::Health { reply, head } => Ev::Health(reply, head),
                 HttpEvent::Metrics { reply, head } => Ev::Metrics(reply, head),

@@ -689,9 +689,10 @@ fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<
                 Some(HttpEvent::Rpc {
                     body,
                     reply,
-                    trace,
+                    traced,
                     budget,
                 }) => {
+                    let trace = if traced { body.trace() } else { None };
                     if !reply.keep_alive {
                         conn.read_closed = true;
                     }

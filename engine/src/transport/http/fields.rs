@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use super::HttpError;
-use crate::trace::Trace;
 
 /// The CORS policy: which origins' pages may call the server. Built once from
 /// [`Config`](crate::Config)'s `cors_origin`s and shared by every connection.
@@ -119,8 +118,9 @@ pub(super) struct Fields<'h> {
     pub(super) encoded: bool,
     /// `Expect: 100-continue`.
     pub(super) expect: bool,
-    /// The caller's trace: the first valid `traceparent`.
-    pub(super) trace: Option<Trace>,
+    /// A `traceparent` field was seen (parsed where it is used: most requests have
+    /// none, and a flag keeps the decoder's events small).
+    pub(super) traced: bool,
     /// The first `RPC-Timeout-Ms`, if seen (`Some(None)`: seen, not a usable budget).
     pub(super) budget: Option<Option<u32>>,
     /// The first `Origin`.
@@ -143,9 +143,7 @@ impl<'h> Fields<'h> {
                     self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
                 }
             }
-            11 if is(b"traceparent") && self.trace.is_none() => {
-                self.trace = Trace::from_traceparent(value);
-            }
+            11 if is(b"traceparent") => self.traced = true,
             12 if is(b"content-type") => self.not_json |= !is_json(value),
             16 if is(b"content-encoding") => {
                 self.encoded |= list(value).any(|c| !c.eq_ignore_ascii_case(b"identity"));

@@ -232,6 +232,15 @@ pub(crate) struct RpcRequest {
 }
 
 impl RpcRequest {
+    /// The caller's trace, from the head's first valid `traceparent` field (W3C Trace
+    /// Context), with a new span for the server.
+    pub(crate) fn trace(&self) -> Option<Trace> {
+        crate::dispatch::context::Headers::new(self.head())
+            .iter()
+            .filter(|(name, _)| name.eq_ignore_ascii_case("traceparent"))
+            .find_map(|(_, value)| Trace::from_traceparent(value))
+    }
+
     /// The request's head as received: request line, header lines, the empty line.
     pub(crate) fn head(&self) -> &[u8] {
         &self.bytes[..self.body_at]
@@ -264,9 +273,8 @@ pub(crate) enum HttpEvent {
         /// `Connection: close`; HTTP/1.0 only with `Connection: keep-alive`; if not, the
         /// decoder ignores anything after this request), and the CORS origin.
         reply: Reply,
-        /// The caller's trace, from the first valid `traceparent` header (W3C Trace
-        /// Context), with a new span for the server.
-        trace: Option<Trace>,
+        /// The head has a `traceparent` field ([`RpcRequest::trace`] reads it).
+        traced: bool,
         /// The caller's budget from the first `RPC-Timeout-Ms`, in milliseconds.
         budget: Option<u32>,
     },
@@ -366,7 +374,7 @@ impl State {
 #[derive(Clone, Copy, Debug)]
 struct RpcMeta {
     reply: Reply,
-    trace: Option<Trace>,
+    traced: bool,
     budget: Option<u32>,
     /// The head's length: it stays at the front of the buffer, before the body, until
     /// the two are split off together.
@@ -530,7 +538,7 @@ impl HttpDecoder {
                 body_at: meta.head,
             },
             reply: meta.reply,
-            trace: meta.trace,
+            traced: meta.traced,
             budget: meta.budget,
         }
     }
@@ -722,7 +730,7 @@ impl HttpDecoder {
                     expect,
                     meta: RpcMeta {
                         reply,
-                        trace: f.trace,
+                        traced: f.traced,
                         budget: f.budget.flatten(),
                         head: head_len,
                     },
@@ -911,13 +919,19 @@ mod tests {
     fn owned(e: HttpEvent) -> Ev {
         match e {
             HttpEvent::Rpc {
-                body, reply, trace, ..
+                body,
+                reply,
+                traced,
+                ..
             } => {
                 assert_whole_head(body.head());
                 Ev::Rpc(
                     body.to_vec(),
                     reply.keep_alive,
-                    trace.map(|t| t.trace_id().to_string()),
+                    traced
+                        .then(|| body.trace())
+                        .flatten()
+                        .map(|t| t.trace_id().to_string()),
                 )
             }
             HttpEvent::Health { reply, .. } => Ev::Health(reply.keep_alive),

@@ -448,7 +448,23 @@ pub(crate) fn finish_json_response_traced(
     server: &ServerHeaders,
     trace: &Trace,
 ) {
-    finish_with(out, mark, reply, server, Some(trace));
+    let body_start = mark.start + mark.room;
+    let body_len = out.len() - body_start;
+    let mut head = HeadWriter {
+        room: &mut out[mark.start..body_start],
+        at: 0,
+    };
+    let mut digits = itoa::Buffer::new();
+    head.put(JSON_HEAD);
+    head.put(digits.format(body_len).as_bytes());
+    head.put(b"\r\n");
+    head.put(b"traceparent: ");
+    head.put(&trace.traceparent_bytes());
+    head.put(b"\r\n");
+    server.put_tail(reply, |part| head.put(part));
+    let at = mark.start + head.at;
+    out.copy_within(body_start.., at);
+    out.truncate(at + body_len);
 }
 
 /// Completes a response begun with [`begin_json_response`]: writes `HTTP/1.1 200 OK`,
@@ -463,17 +479,8 @@ pub(crate) fn finish_json_response(
     reply: Reply,
     server: &ServerHeaders,
 ) {
-    finish_with(out, mark, reply, server, None);
-}
-
-#[inline(always)]
-fn finish_with(
-    out: &mut Vec<u8>,
-    mark: JsonResponse,
-    reply: Reply,
-    server: &ServerHeaders,
-    trace: Option<&Trace>,
-) {
+    // Kept apart from the traced variant: sharing one body with an optional line cost
+    // the common case ~40 instructions per response (callgrind).
     let body_start = mark.start + mark.room;
     let body_len = out.len() - body_start;
     // The head is built in the reserved room (truncating `out` to its start keeps the
@@ -487,11 +494,6 @@ fn finish_with(
     head.put(JSON_HEAD);
     head.put(digits.format(body_len).as_bytes());
     head.put(b"\r\n");
-    if let Some(t) = trace {
-        head.put(b"traceparent: ");
-        head.put(&t.traceparent_bytes());
-        head.put(b"\r\n");
-    }
     server.put_tail(reply, |part| head.put(part));
     let at = mark.start + head.at;
     out.copy_within(body_start.., at);
