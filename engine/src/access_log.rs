@@ -170,8 +170,10 @@ fn json_line(out: &mut Vec<u8>, e: &Entry<'_>) {
     timestamp(out, SystemTime::now());
     out.extend_from_slice(br#"","transport":""#);
     out.extend_from_slice(e.conn.transport().as_str().as_bytes());
-    out.extend_from_slice(br#"","peer":"#);
-    quoted(out, &e.conn.peer().to_string());
+    out.extend_from_slice(br#"","peer":""#);
+    // An address or a uid: nothing to escape.
+    let _ = write!(out, "{}", e.conn.peer());
+    out.push(b'"');
     out.extend_from_slice(br#","identity":"#);
     match e.identity {
         Some(who) => quoted(out, who),
@@ -194,7 +196,9 @@ fn json_line(out: &mut Vec<u8>, e: &Entry<'_>) {
     out.extend_from_slice(itoa::Buffer::new().format(e.bytes_out).as_bytes());
     out.extend_from_slice(br#","trace_id":"#);
     match e.trace {
-        Some(t) => quoted(out, &t.to_string()),
+        Some(t) => {
+            let _ = write!(out, "\"{t}\"");
+        }
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b"}\n");
@@ -205,7 +209,7 @@ fn text_line(out: &mut Vec<u8>, e: &Entry<'_>) {
     out.push(b' ');
     out.extend_from_slice(e.conn.transport().as_str().as_bytes());
     out.push(b' ');
-    out.extend_from_slice(e.conn.peer().to_string().as_bytes());
+    let _ = write!(out, "{}", e.conn.peer());
     out.push(b' ');
     // Identities and methods are printed JSON-escaped, so a line stays one line.
     match e.identity {
@@ -229,7 +233,9 @@ fn text_line(out: &mut Vec<u8>, e: &Entry<'_>) {
     out.extend_from_slice(itoa::Buffer::new().format(e.bytes_out).as_bytes());
     out.extend_from_slice(b" trace=");
     match e.trace {
-        Some(t) => out.extend_from_slice(t.to_string().as_bytes()),
+        Some(t) => {
+            let _ = write!(out, "{t}");
+        }
         None => out.push(b'-'),
     }
     out.push(b'\n');

@@ -166,7 +166,7 @@ impl Engine {
 
     /// The engine writing one line per call (each batch element) to `log` (see
     /// [`crate::access_log`]); replaces any log set before. Calls then leave the
-    /// straight path (~100–200 ns each, the line's formatting; the writing is on the
+    /// straight path (~240 ns each, the line's formatting; the writing is on the
     /// log's own thread).
     pub fn with_access_log(mut self, log: AccessLog) -> Self {
         if let Some(m) = &self.metrics {

@@ -52,7 +52,7 @@ impl SpanId {
 impl fmt::Display for TraceId {
     /// Lowercase hex, as in `traceparent`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&hex::<32>(&self.0))
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
     }
 }
 
@@ -65,7 +65,7 @@ impl fmt::Debug for TraceId {
 impl fmt::Display for SpanId {
     /// Lowercase hex, as in `traceparent`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&hex::<16>(&self.0))
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
     }
 }
 
@@ -169,22 +169,20 @@ impl Trace {
     pub(crate) fn traceparent_bytes(&self) -> [u8; TRACEPARENT_LEN] {
         let mut out = [b'-'; TRACEPARENT_LEN];
         out[0..2].copy_from_slice(b"00");
-        out[3..35].copy_from_slice(&hex::<32>(&self.trace_id.0).into_bytes());
-        out[36..52].copy_from_slice(&hex::<16>(&self.span_id.0).into_bytes());
+        hex_into(&mut out[3..35], &self.trace_id.0);
+        hex_into(&mut out[36..52], &self.span_id.0);
         out[53..55].copy_from_slice(if self.sampled { b"01" } else { b"00" });
         out
     }
 }
 
-/// Lowercase hex of `bytes` (`N` = twice their length).
-fn hex<const N: usize>(bytes: &[u8]) -> String {
+/// Lowercase hex of `bytes` into `out` (twice as long).
+fn hex_into(out: &mut [u8], bytes: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(N);
-    for b in bytes {
-        s.push(char::from(DIGITS[usize::from(b >> 4)]));
-        s.push(char::from(DIGITS[usize::from(b & 15)]));
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 15)];
     }
-    s
 }
 
 /// `N` bytes from `2N` lowercase hex digits (the specification allows no uppercase).
