@@ -93,7 +93,7 @@ impl Trace {
     /// the caller's sampling decision. `None` if the value is not valid (then the call
     /// is not part of the caller's trace: a new one starts if it is sampled here).
     pub fn from_traceparent(value: &[u8]) -> Option<Self> {
-        let value = trim(value);
+        let value = value.trim_ascii();
         // Version 00 is exactly 55 bytes; a later version has at least those fields,
         // and anything after them starts with `-` (the specification's forward rule).
         let version = parse_hex::<1>(value.get(0..2)?)?[0];
@@ -200,18 +200,6 @@ fn parse_hex<const N: usize>(text: &[u8]) -> Option<[u8; N]> {
         *o = digit(pair[0])? << 4 | digit(pair[1])?;
     }
     Some(out)
-}
-
-fn trim(v: &[u8]) -> &[u8] {
-    let start = v
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(v.len());
-    let end = v
-        .iter()
-        .rposition(|b| !b.is_ascii_whitespace())
-        .map_or(start, |e| e + 1);
-    &v[start..end]
 }
 
 fn new_span_id() -> SpanId {
