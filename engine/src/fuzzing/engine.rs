@@ -281,9 +281,9 @@ impl Deferrals for Collect {
 
     fn outcome(&mut self, _metric: u32, _code: Option<i32>) {}
 
-    fn batch(&mut self, _len: usize) {}
-
-    fn event(&mut self, _e: crate::metrics::Event) {}
+    fn local(&self) -> Option<&crate::metrics::Local> {
+        None
+    }
 }
 
 fn owned_id(id: &OwnedId) -> Json {

@@ -340,7 +340,6 @@ impl Metrics {
         let sum = |f: &dyn Fn(&Shard) -> u64| shards.iter().map(|sh| f(sh)).sum::<u64>();
         let gauge = |f: &dyn Fn(&Shard) -> i64| shards.iter().map(|sh| f(sh)).sum::<i64>();
         let mut out = String::with_capacity(4096);
-        let methods = s.names.len();
 
         head(&mut out, "ringrpc_requests_total", "counter", "Calls answered (each batch element, notifications included), by method, transport and JSON-RPC error code (\"0\": a result).");
         let codes: Vec<i64> = s.codes.iter().map(|c| c.load(Relaxed)).collect();
@@ -493,7 +492,6 @@ impl Metrics {
             let _ = writeln!(out, "{name} {}", value.load(Relaxed));
         }
         process::encode(&mut out);
-        let _ = methods;
         out
     }
 }

@@ -236,7 +236,7 @@ pub(crate) struct Sink<'p> {
     /// When the frame was taken up: read on first need (budgets count from it).
     taken_at: Option<Instant>,
     max: usize,
-    /// Hooks are set: keep each call's method for the after hook.
+    /// Hooks or the access log are set: keep each call's method for them.
     hooks: bool,
     /// Calls answered at once, and how many of them a rate limit refused.
     answered: u32,
@@ -335,16 +335,8 @@ impl Deferrals for Sink<'_> {
         }
     }
 
-    fn batch(&mut self, len: usize) {
-        if let Some(l) = self.local {
-            l.batch(len);
-        }
-    }
-
-    fn event(&mut self, e: Event) {
-        if let Some(l) = self.local {
-            l.event(e);
-        }
+    fn local(&self) -> Option<&Local> {
+        self.local
     }
 
     fn limited(&mut self, limited: Limited) {

@@ -383,11 +383,7 @@ fn serve(parts: Parts) -> io::Result<()> {
         }
     }
     for (_, c) in conns.iter_mut() {
-        if let Some(m) = ctx.pending.metrics() {
-            let t = c.info.transport();
-            m.connections(t, -1);
-            m.sent(t, c.take_sent());
-        }
+        count_closed(&ctx, c);
     }
     drop(conns);
     Ok(())
@@ -455,11 +451,16 @@ fn next_timeout(ctx: &Ctx, stopping: bool) -> Duration {
 fn close(ctx: &Ctx, poll: &mio::Poll, conns: &mut Slab<Conn>, key: usize) {
     if let Some(mut c) = conns.try_remove(key) {
         let _ = poll.registry().deregister(c.stream.source());
-        if let Some(m) = ctx.pending.metrics() {
-            let t = c.info.transport();
-            m.connections(t, -1);
-            m.sent(t, c.take_sent());
-        }
+        count_closed(ctx, &mut c);
+    }
+}
+
+/// The metrics of a connection that goes: one fewer open, its last bytes sent.
+fn count_closed(ctx: &Ctx, c: &mut Conn) {
+    if let Some(m) = ctx.pending.metrics() {
+        let t = c.info.transport();
+        m.connections(t, -1);
+        m.sent(t, c.take_sent());
     }
 }
 
@@ -672,9 +673,8 @@ fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<
                 Err(e) => {
                     let mark = conn.out.len();
                     if let Some(m) = ctx.pending.metrics() {
-                        let unknown = crate::metrics::Metrics::unknown(ctx.engine.registry().len());
                         m.call(
-                            unknown,
+                            ctx.engine.unknown(),
                             conn.info.transport(),
                             Some(crate::error::INVALID_REQUEST),
                         );
