@@ -207,6 +207,11 @@ pub enum Reason {
     InProgress,
     /// `-32043`: a de-duplication key was used before with another method or params.
     FingerprintMismatch,
+    /// `-32000`: a proxy could not reach an upstream for the call, or lost the
+    /// connection before the answer came (see docs/PROXY.md for what is retried).
+    UpstreamUnavailable,
+    /// `-32001`: a proxy's upstream did not answer within the proxy's upstream timeout.
+    UpstreamTimeout,
 }
 
 impl Reason {
@@ -228,6 +233,8 @@ impl Reason {
         Self::PermissionDenied,
         Self::InProgress,
         Self::FingerprintMismatch,
+        Self::UpstreamUnavailable,
+        Self::UpstreamTimeout,
     ];
 
     /// The snake_case string sent as `data.reason`.
@@ -249,6 +256,8 @@ impl Reason {
             Self::PermissionDenied => "permission_denied",
             Self::InProgress => "in_progress",
             Self::FingerprintMismatch => "fingerprint_mismatch",
+            Self::UpstreamUnavailable => "upstream_unavailable",
+            Self::UpstreamTimeout => "upstream_timeout",
         }
     }
 
@@ -267,8 +276,10 @@ impl Reason {
             Self::MethodNotFound => ErrorCode::MethodNotFound,
             Self::InvalidParams => ErrorCode::InvalidParams,
             Self::InternalError => ErrorCode::InternalError,
-            Self::ServerBusy | Self::DedupUnavailable => ErrorCode::ServerBusy,
-            Self::DeadlineExceeded => ErrorCode::RequestTimeout,
+            Self::ServerBusy | Self::DedupUnavailable | Self::UpstreamUnavailable => {
+                ErrorCode::ServerBusy
+            }
+            Self::DeadlineExceeded | Self::UpstreamTimeout => ErrorCode::RequestTimeout,
             Self::ResponseTooLarge => ErrorCode::ResponseTooLarge,
             Self::RateLimited => ErrorCode::LimitExceeded,
             Self::Unauthenticated => ErrorCode::Unauthenticated,
@@ -302,6 +313,8 @@ impl Reason {
             Self::PermissionDenied => r#"{"reason":"permission_denied"}"#,
             Self::InProgress => r#"{"reason":"in_progress"}"#,
             Self::FingerprintMismatch => r#"{"reason":"fingerprint_mismatch"}"#,
+            Self::UpstreamUnavailable => r#"{"reason":"upstream_unavailable"}"#,
+            Self::UpstreamTimeout => r#"{"reason":"upstream_timeout"}"#,
         }
     }
 }
@@ -533,8 +546,10 @@ mod tests {
             Reason::PermissionDenied => 13,
             Reason::InProgress => 14,
             Reason::FingerprintMismatch => 15,
+            Reason::UpstreamUnavailable => 16,
+            Reason::UpstreamTimeout => 17,
         };
-        assert_eq!(Reason::ALL.len(), 16);
+        assert_eq!(Reason::ALL.len(), 18);
         let mut names = std::collections::HashSet::new();
         for (i, &r) in Reason::ALL.iter().enumerate() {
             assert_eq!(position(r), i, "{r:?}");

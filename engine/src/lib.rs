@@ -112,6 +112,8 @@ mod error;
 pub mod fuzzing;
 pub mod guard;
 pub mod metrics;
+#[cfg(feature = "proxy")]
+pub mod proxy;
 mod serializer;
 pub mod server;
 pub mod trace;

@@ -409,8 +409,47 @@ fn trigger(reason: Reason) -> Vec<(&'static str, Value)> {
             let v = util::http::post(s.http, &key, &req("incr", json!([2]), 1)).body;
             vec![("http, Idempotency-Key", v)]
         }
+        Reason::UpstreamUnavailable => {
+            // A proxy whose upstream address has nothing listening.
+            let refused = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap();
+            let (s, _proxy) = proxied(&format!("tcp://{refused}"), Duration::from_secs(5));
+            let tcp = Line::tcp(s.tcp).call(&req("sum", json!([1]), 1));
+            let http = util::http::post(s.http, &[], &req("sum", json!([1]), 2)).body;
+            vec![("tcp", tcp), ("http", http)]
+        }
+        Reason::UpstreamTimeout => {
+            // A proxy whose upstream reads requests and never answers.
+            let stall = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = stall.local_addr().unwrap();
+            std::thread::spawn(move || {
+                for c in stall.incoming().flatten() {
+                    std::thread::spawn(move || std::io::copy(&mut &c, &mut std::io::sink()));
+                }
+            });
+            let (s, _proxy) = proxied(&format!("tcp://{addr}"), Duration::from_millis(100));
+            let tcp = Line::tcp(s.tcp).call(&req("sum", json!([1]), 1));
+            let http = util::http::post(s.http, &[], &req("sum", json!([1]), 2)).body;
+            vec![("tcp", tcp), ("http", http)]
+        }
         other => panic!("no trigger for reason `{other}`: add one to this test"),
     }
+}
+
+/// A server forwarding every call to `upstream` through a proxy timing calls out after
+/// `timeout` (the proxy is returned so it lives as long as the server).
+fn proxied(upstream: &str, timeout: Duration) -> (Served, ringrpc::proxy::Proxy) {
+    let proxy = ringrpc::proxy::Proxy::builder()
+        .upstream("default", upstream)
+        .timeout(timeout)
+        .start()
+        .unwrap();
+    let mut methods = ringrpc::Registry::builder();
+    proxy.install(&mut methods);
+    let engine = Engine::new(methods.freeze(), Config::default());
+    (Served::start(engine, ServerConfig::default()), proxy)
 }
 
 fn req(method: &str, params: Value, id: i64) -> Value {

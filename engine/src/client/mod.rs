@@ -58,7 +58,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod address;
+pub(crate) mod address;
 mod batch;
 mod conn;
 mod error;

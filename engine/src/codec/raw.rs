@@ -57,6 +57,38 @@ impl<'a> RawCtx<'a> {
         self.container_range(value).and_then(|r| self.frame.get(r))
     }
 
+    /// The original text of any value of this tape (`value` a subslice of `root`):
+    /// a container's as [`RawCtx::container_text`]; a scalar's runs from its first byte
+    /// to the next structural character (the `,`, `}` or `]` after it, or the frame's
+    /// end), less trailing whitespace. `None` if the indexes do not line up.
+    pub(crate) fn value_text(&self, value: &'a [Node<'a>]) -> Option<&'a [u8]> {
+        match value.first()? {
+            Node::Array { .. } | Node::Object { .. } => self.container_text(value),
+            first => {
+                let offset = (value.as_ptr() as usize).checked_sub(self.root.as_ptr() as usize)?;
+                let target = offset / std::mem::size_of::<Node<'_>>();
+                let s = match walk(self.root, 0, 0, target) {
+                    Err(s) => s,
+                    Ok(_) => return None,
+                };
+                let a = *self.structurals.get(s)? as usize;
+                let b = self
+                    .structurals
+                    .get(s + 1)
+                    .map_or(self.frame.len(), |&b| b as usize);
+                let text = self.frame.get(a..b.max(a))?.trim_ascii_end();
+                let fits = match (first, text.first()) {
+                    (Node::String(_), Some(b'"')) => text.len() >= 2 && text.ends_with(b"\""),
+                    (Node::Static(simd_json::StaticNode::Null), Some(b'n'))
+                    | (Node::Static(simd_json::StaticNode::Bool(_)), Some(b't' | b'f')) => true,
+                    (Node::Static(_), Some(c)) => *c == b'-' || c.is_ascii_digit(),
+                    _ => false,
+                };
+                fits.then_some(text)
+            }
+        }
+    }
+
     /// The byte range of [`RawCtx::container_text`] within the frame.
     pub(crate) fn container_range(&self, value: &'a [Node<'a>]) -> Option<std::ops::Range<usize>> {
         let offset = (value.as_ptr() as usize).checked_sub(self.root.as_ptr() as usize)?;
@@ -125,6 +157,72 @@ mod tests {
         check(r#"[1,[2,[3,[4]]],{"k":"v"},"\u00e9",[]]"#);
         check(r#"{"jsonrpc":"2.0","method":"echo","params":{"x":[1,2,{"y":"}]"}]},"id":1}"#);
         check("[ {} , [ ] , { \"a\" : { } } ]");
+    }
+
+    /// Parses `frame` and gives the text `value_text` finds for each value that is not
+    /// an object's key, in tape order.
+    fn value_texts(frame: &[u8]) -> Vec<String> {
+        let mut copy = frame.to_vec();
+        copy.resize(frame.len() + INPUT_PADDING, b' ');
+        let mut buffers = Buffers::default();
+        let mut tape = Tape(Vec::new());
+        simd_json::fill_tape_padded(&mut copy, frame.len(), &mut buffers, &mut tape).unwrap();
+        let ctx = RawCtx {
+            frame,
+            structurals: buffers.structural_indexes(),
+            root: &tape.0,
+        };
+        let mut texts = Vec::new();
+        // Walk values only: an object's members are (key, value) pairs, and keys are
+        // skipped by stepping over them.
+        fn visit(ctx: &RawCtx<'_>, nodes: &[Node<'_>], i: usize, texts: &mut Vec<String>) -> usize {
+            let span = crate::codec::tape::span(&nodes[i]);
+            let text = ctx
+                .value_text(&ctx.root[i..i + span])
+                .expect("a value's text");
+            texts.push(String::from_utf8(text.to_vec()).unwrap());
+            let mut k = i + 1;
+            match nodes[i] {
+                Node::Array { len, .. } => {
+                    for _ in 0..len {
+                        k = visit(ctx, nodes, k, texts);
+                    }
+                }
+                Node::Object { len, .. } => {
+                    for _ in 0..len {
+                        k = visit(ctx, nodes, k + 1, texts);
+                    }
+                }
+                _ => {}
+            }
+            k
+        }
+        visit(&ctx, &tape.0, 0, &mut texts);
+        texts
+    }
+
+    /// Every value, scalars included, maps back to exactly its own text.
+    #[test]
+    fn every_value_maps_to_its_own_text() {
+        let json = r#" {"a" : [1 , -2.5e3,"x\ny\"" ,true,null,{}], "b":"\u00e9" , "c": false} "#;
+        let texts = value_texts(json.as_bytes());
+        assert_eq!(
+            texts[1..],
+            [
+                r#"[1 , -2.5e3,"x\ny\"" ,true,null,{}]"#,
+                "1",
+                "-2.5e3",
+                r#""x\ny\"""#,
+                "true",
+                "null",
+                "{}",
+                r#""\u00e9""#,
+                "false"
+            ]
+        );
+        // A lone scalar is the whole frame, trimmed.
+        assert_eq!(value_texts(b" 12 "), ["12"]);
+        assert_eq!(value_texts(br#" "a,b" "#), [r#""a,b""#]);
     }
 
     #[test]

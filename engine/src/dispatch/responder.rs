@@ -204,6 +204,29 @@ impl Responder {
         }
     }
 
+    /// Answers with `object`, a whole error object the caller vouches for (valid JSON,
+    /// `{"code": code, "message": …}`), copied as is: a proxy relaying an upstream's
+    /// error without decoding it. `code` is its code, for hooks and metrics.
+    pub fn relay_error(mut self, code: i32, object: &[u8]) {
+        if let Some(h) = self.hooked.take() {
+            h.after(Some(code));
+        }
+        let Some(b) = self.bound.take() else {
+            return;
+        };
+        let mut out = b.target.buffer();
+        if object.len() > b.max {
+            let e = too_large(b.max);
+            write_rpc_error(&mut out, b.id.as_id(), &e);
+            return b.complete(out, Some(e.code()));
+        }
+        write_prefix(&mut out, b.id.as_id());
+        out.extend_from_slice(br#""error":"#);
+        out.extend_from_slice(object);
+        out.push(b'}');
+        b.complete(out, Some(code));
+    }
+
     fn answer(mut self, write: impl FnOnce(&mut ResultWriter<'_>) -> Result<(), RpcError>) {
         if let Some(h) = self.hooked.take() {
             h.after(None);

@@ -26,9 +26,13 @@ impl Answer {
 
 /// POSTs `body` to `addr` with extra `headers` (`Connection: close`), within 10 s.
 pub fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &Value) -> Answer {
+    post_raw(addr, headers, &serde_json::to_vec(body).unwrap())
+}
+
+/// As [`post`], with the body's bytes as given (invalid JSON included).
+pub fn post_raw(addr: SocketAddr, headers: &[(&str, &str)], body: &[u8]) -> Answer {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let body = serde_json::to_vec(body).unwrap();
     let mut head = format!(
         "POST / HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\nConnection: close\r\n",
@@ -39,7 +43,7 @@ pub fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &Value) -> Answer 
     }
     head.push_str("\r\n");
     s.write_all(head.as_bytes()).unwrap();
-    s.write_all(&body).unwrap();
+    s.write_all(body).unwrap();
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).unwrap();
     let mut hs = [httparse::EMPTY_HEADER; 32];

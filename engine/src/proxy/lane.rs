@@ -1,0 +1,178 @@
+//! One upstream connection's side shared between the threads that forward calls (the
+//! server's reactors, running the fallback route) and the upstream thread that owns
+//! the socket: the bytes waiting to be written and the calls waiting for an answer.
+//!
+//! ```text
+//!  reactor ── forward: lock, append the request to `out`, park the Responder
+//!             under a private id, unlock, wake the upstream thread (once per batch)
+//!  upstream thread ── takes `out` (a swap), writes it; reads answers, takes each
+//!             call back by its id, completes its Responder (outside the lock)
+//! ```
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use slab::Slab;
+
+use crate::dispatch::responder::Responder;
+
+/// Bits of a private id that name the call's slab key; the bits above them count
+/// calls, so an answer for a call that was already answered or timed out (a stale or
+/// duplicated id) never matches the call that reused its key.
+const KEY_BITS: u32 = 24;
+/// Private ids stay below 2^53, exact in every JSON implementation (JavaScript's
+/// numbers included).
+const SEQ_MASK: u64 = (1 << (53 - KEY_BITS)) - 1;
+/// Calls in flight on one upstream connection at most (the slab keys that fit).
+pub(crate) const MAX_CALLS: usize = 1 << KEY_BITS;
+
+/// A call written (or about to be) upstream, waiting for its answer.
+pub(crate) struct Call {
+    /// The private id it was sent with.
+    id: u64,
+    /// When the proxy stops waiting and answers `upstream_timeout`.
+    pub(crate) deadline: Instant,
+    /// Where the answer goes: the client's call.
+    pub(crate) responder: Responder,
+}
+
+/// What [`Lane::queue`] guards.
+pub(crate) struct Queue {
+    /// Requests written by forwarding threads, not yet taken by the upstream thread.
+    pub(crate) out: Vec<u8>,
+    /// Calls waiting for an answer, by slab key (the low bits of their id).
+    pub(crate) calls: Slab<Call>,
+    /// Counts calls, for the high bits of ids.
+    seq: u64,
+}
+
+impl Queue {
+    /// The private id for the next call, whose key will be `calls.vacant_key()`.
+    pub(crate) fn next_id(&mut self) -> u64 {
+        self.seq = (self.seq + 1) & SEQ_MASK;
+        (self.seq << KEY_BITS) | self.calls.vacant_key() as u64
+    }
+
+    /// Parks `responder` under `id` (from [`Queue::next_id`], nothing inserted since).
+    pub(crate) fn park(&mut self, id: u64, deadline: Instant, responder: Responder) {
+        self.calls.insert(Call {
+            id,
+            deadline,
+            responder,
+        });
+    }
+
+    /// Takes back the call sent with `id`, if it still waits.
+    pub(crate) fn take(&mut self, id: u64) -> Option<Call> {
+        let key = (id & ((1 << KEY_BITS) - 1)) as usize;
+        match self.calls.get(key) {
+            Some(call) if call.id == id => Some(self.calls.remove(key)),
+            _ => None,
+        }
+    }
+}
+
+/// The shared half of one upstream connection.
+pub(crate) struct Lane {
+    /// Which upstream (an index into the proxy's upstream list) it connects to.
+    pub(crate) upstream: usize,
+    queue: Mutex<Queue>,
+    /// Bytes wait in `out` (read without the lock by the upstream thread).
+    pub(crate) has_out: AtomicBool,
+    /// Calls parked and not yet answered: least-outstanding balancing reads it without
+    /// taking the lock.
+    pub(crate) outstanding: AtomicUsize,
+    /// Whether calls may be sent here: false while the connection is down.
+    pub(crate) up: AtomicBool,
+}
+
+impl Lane {
+    /// A lane to upstream `upstream`, up (its first connection is being made).
+    pub(crate) fn new(upstream: usize) -> Self {
+        Self {
+            upstream,
+            queue: Mutex::new(Queue {
+                out: Vec::with_capacity(64 * 1024),
+                calls: Slab::with_capacity(1024),
+                seq: 0,
+            }),
+            has_out: AtomicBool::new(false),
+            outstanding: AtomicUsize::new(0),
+            up: AtomicBool::new(true),
+        }
+    }
+
+    /// The queue, locked. A thread that panicked holding it left it consistent (every
+    /// change under the lock is a single push or remove), so poisoning is ignored.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Takes back the call sent with `id`, if it still waits.
+    pub(crate) fn take(&self, id: u64) -> Option<Call> {
+        let call = self.lock().take(id);
+        if call.is_some() {
+            self.outstanding.fetch_sub(1, Ordering::Relaxed);
+        }
+        call
+    }
+
+    /// Takes every waiting call whose deadline is at or before `now` into `into`.
+    pub(crate) fn expired(&self, now: Instant, keys: &mut Vec<usize>, into: &mut Vec<Call>) {
+        let mut q = self.lock();
+        keys.clear();
+        keys.extend(
+            q.calls
+                .iter()
+                .filter(|(_, c)| c.deadline <= now)
+                .map(|(k, _)| k),
+        );
+        for &k in keys.iter() {
+            into.push(q.calls.remove(k));
+        }
+        drop(q);
+        self.outstanding.fetch_sub(keys.len(), Ordering::Relaxed);
+    }
+
+    /// Takes every waiting call into `into` and drops the bytes not yet taken (the
+    /// connection is gone: they will never be written on it).
+    pub(crate) fn drain(&self, into: &mut Vec<Call>) {
+        let mut q = self.lock();
+        q.out.clear();
+        let n = q.calls.len();
+        into.extend(q.calls.drain());
+        drop(q);
+        self.has_out.store(false, Ordering::Relaxed);
+        self.outstanding.fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_name_their_call_once() {
+        let lane = Lane::new(0);
+        let now = Instant::now();
+        let mut q = lane.lock();
+        let a = q.next_id();
+        q.park(a, now, Responder::detached());
+        let b = q.next_id();
+        q.park(b, now, Responder::detached());
+        assert_ne!(a, b);
+        assert!(a < 1 << 53 && b < 1 << 53);
+        assert!(q.take(a).is_some());
+        assert!(q.take(a).is_none(), "answered twice");
+        // The freed key is reused under a new id: the old id still does not match.
+        let c = q.next_id();
+        q.park(c, now, Responder::detached());
+        assert_eq!(c & ((1 << KEY_BITS) - 1), a & ((1 << KEY_BITS) - 1));
+        assert!(q.take(a).is_none());
+        assert!(q.take(c).is_some());
+        assert!(q.take(b).is_some());
+    }
+}

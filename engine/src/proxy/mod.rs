@@ -1,0 +1,460 @@
+//! Forwarding JSON-RPC to upstream servers without re-encoding it (cargo feature
+//! `proxy`).
+//!
+//! A [`Proxy`] is installed as a server's fallback route
+//! ([`RegistryBuilder::deferred_fallback`]): every call the registry does not serve
+//! itself goes to an upstream group chosen by method, over a few pipelined upstream
+//! connections that every client connection shares.
+//!
+//! **Envelope only.** The request sent upstream is the method and the params' original
+//! bytes under a *private* id; the upstream's `result` or `error` comes back as its
+//! original bytes, and the server writes the caller's own id around them. Nothing is
+//! decoded into values or re-encoded, and ids of every kind reach the upstream only as
+//! the proxy's own integers, so colliding client ids (across clients, or within a
+//! batch) can never cross: private ids name one call each, never reused for another.
+//!
+//! **Batches** are split by the engine into elements, each forwarded on its own and
+//! merged back in order by the server (so one failing upstream fails only the elements
+//! sent to it); **notifications** are forwarded and never answered.
+//!
+//! **Failures** are answered, never lost: an upstream that cannot be reached, closes
+//! the connection, or sends something that is not a JSON-RPC response fails the calls
+//! waiting on that connection with `-32000` (`data.reason` `"upstream_unavailable"`),
+//! and is reconnected with backoff; a call without an answer within
+//! [`ProxyBuilder::timeout`] gets `-32001` (`"upstream_timeout"`). A call is written
+//! upstream at most once: none is resent.
+//!
+//! ```
+//! use ringrpc::proxy::Proxy;
+//! use ringrpc::{demo, server::Server, Config, Engine, Registry};
+//!
+//! // An upstream: the demo server on TCP.
+//! let mut upstream = Server::new(demo::engine(Config::default()))?;
+//! let addr = upstream.listen_tcp("127.0.0.1:0")?;
+//! let stop_upstream = upstream.handle();
+//! let upstream = std::thread::spawn(move || upstream.run());
+//!
+//! // The proxy: every method goes to the group `default`.
+//! let proxy = Proxy::builder()
+//!     .upstream("default", &format!("tcp://{addr}"))
+//!     .start()?;
+//! let mut methods = Registry::builder();
+//! proxy.install(&mut methods);
+//! let engine = Engine::new(methods.freeze(), Config::default());
+//!
+//! // The no-I/O API waits for the forwarded answer.
+//! let mut out = Vec::new();
+//! let frame = br#"{"jsonrpc":"2.0","method":"subtract","params":[42,23],"id":"a\u0062"}"#;
+//! let _ = engine.handle(frame, &mut engine.scratch(), &mut out);
+//! assert_eq!(out, br#"{"jsonrpc":"2.0","id":"ab","result":19}"#);
+//!
+//! drop(proxy);
+//! stop_upstream.shutdown();
+//! upstream.join().unwrap()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! [`RegistryBuilder::deferred_fallback`]: crate::RegistryBuilder::deferred_fallback
+
+mod lane;
+mod route;
+mod upstream;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use self::lane::{Lane, MAX_CALLS};
+use self::route::{Pattern, Rules};
+use crate::client::address::Address;
+use crate::codec::Params;
+use crate::dispatch::context::Context;
+use crate::dispatch::registry::RegistryBuilder;
+use crate::dispatch::responder::Responder;
+use crate::error::{Reason, RpcError};
+use crate::serializer::json::{write_str, write_value};
+
+/// Why a proxy could not be built or started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProxyError {
+    /// No upstream was given.
+    #[error("no upstream: give at least one (NAME=URL)")]
+    NoUpstream,
+    /// An upstream's URL is not one the proxy can connect to.
+    #[error("upstream {url:?}: {reason}")]
+    Address {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A route names a group no upstream belongs to.
+    #[error("route {pattern:?} goes to group {group:?}, which has no upstream")]
+    UnknownGroup {
+        /// The route's method pattern.
+        pattern: String,
+        /// The group it names.
+        group: String,
+    },
+    /// The upstream thread's poller or waker could not be made.
+    #[error("starting the upstream thread: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// One upstream server.
+pub(crate) struct Upstream {
+    /// As given (for messages).
+    pub(crate) url: String,
+    pub(crate) address: Address,
+}
+
+/// Upstreams of one name, balanced by least outstanding calls.
+struct Group {
+    name: Box<str>,
+    /// Its lanes (indices into `Shared::lanes`).
+    lanes: Vec<usize>,
+    /// Where the next search for the least loaded lane starts, so equally loaded lanes
+    /// take turns.
+    next: AtomicUsize,
+}
+
+/// What forwarding threads and the upstream thread share.
+pub(crate) struct Shared {
+    pub(crate) upstreams: Vec<Upstream>,
+    pub(crate) lanes: Vec<Lane>,
+    groups: Vec<Group>,
+    routes: Rules<usize>,
+    /// Where methods no route matches go.
+    default_group: usize,
+    timeout: Duration,
+    /// The longest answer line read from an upstream.
+    pub(crate) max_answer_bytes: usize,
+    waker: mio::Waker,
+    /// Set by the first forward since the upstream thread last looked: later ones do
+    /// not wake it again.
+    pub(crate) woken: AtomicBool,
+    pub(crate) stop: AtomicBool,
+}
+
+impl Shared {
+    /// The up lane of `group` with the fewest calls outstanding.
+    fn pick(&self, group: &Group) -> Option<usize> {
+        let n = group.lanes.len();
+        let start = group.next.fetch_add(1, Ordering::Relaxed);
+        let mut best = None;
+        let mut least = usize::MAX;
+        for k in 0..n {
+            let i = group.lanes[(start + k) % n];
+            let lane = &self.lanes[i];
+            if !lane.up.load(Ordering::Acquire) {
+                continue;
+            }
+            let outstanding = lane.outstanding.load(Ordering::Relaxed);
+            if outstanding < least {
+                (best, least) = (Some(i), outstanding);
+            }
+        }
+        best
+    }
+
+    /// Forwards one call (see [`Proxy::forward`]).
+    fn forward(&self, ctx: &Context<'_>, params: Params<'_>, responder: Responder) {
+        let method = ctx.method();
+        let group = &self.groups[self.routes.find(method).unwrap_or(self.default_group)];
+        let Some(i) = self.pick(group) else {
+            return responder.error(RpcError::new(
+                Reason::UpstreamUnavailable,
+                format!(
+                    "Server busy: no upstream of group `{}` is reachable",
+                    group.name
+                ),
+            ));
+        };
+        let lane = &self.lanes[i];
+        let notification = responder.is_notification();
+        let mut parked = Some(responder);
+        {
+            let mut q = lane.lock();
+            if !notification && q.calls.len() >= MAX_CALLS {
+                drop(q);
+                if let Some(r) = parked {
+                    r.error(RpcError::new(
+                        Reason::ServerBusy,
+                        "Server busy: too many calls in flight on the upstream connection",
+                    ));
+                }
+                return;
+            }
+            let id = (!notification).then(|| q.next_id());
+            write_request(&mut q.out, id, method, &params);
+            if let (Some(id), Some(r)) = (id, parked.take_if(|_| !notification)) {
+                let now = Instant::now();
+                let until = now + self.timeout;
+                let deadline = ctx.deadline().map_or(until, |d| d.min(until));
+                q.park(id, deadline, r);
+                lane.outstanding.fetch_add(1, Ordering::Relaxed);
+            }
+            lane.has_out.store(true, Ordering::SeqCst);
+        }
+        if !self.woken.swap(true, Ordering::SeqCst) {
+            let _ = self.waker.wake();
+        }
+        // A notification's responder: its answer is dropped; its hooks see success.
+        if let Some(r) = parked {
+            r.respond_raw(b"null");
+        }
+    }
+}
+
+/// Appends `{"jsonrpc":"2.0","id":ID,"method":M,"params":P}\n`: the params' original
+/// text, with any newline in it (only possible as whitespace between tokens) turned
+/// into a space so the request stays one line.
+fn write_request(out: &mut Vec<u8>, id: Option<u64>, method: &str, params: &Params<'_>) {
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","#);
+    if let Some(id) = id {
+        out.extend_from_slice(br#""id":"#);
+        out.extend_from_slice(itoa::Buffer::new().format(id).as_bytes());
+        out.push(b',');
+    }
+    out.extend_from_slice(br#""method":"#);
+    write_str(out, method);
+    match (params.raw_json(), params.nodes()) {
+        (Some(text), _) => {
+            out.extend_from_slice(br#","params":"#);
+            let at = out.len();
+            out.extend_from_slice(text);
+            let mut from = at;
+            while let Some(k) = memchr::memchr2(b'\n', b'\r', &out[from..]) {
+                out[from + k] = b' ';
+                from += k + 1;
+            }
+        }
+        (None, Some(nodes)) => {
+            out.extend_from_slice(br#","params":"#);
+            write_value(out, nodes);
+        }
+        (None, None) => {}
+    }
+    out.extend_from_slice(b"}\n");
+}
+
+/// Sets up a [`Proxy`]: upstreams by group, routes, connections and timeouts.
+#[derive(Clone, Debug)]
+pub struct ProxyBuilder {
+    upstreams: Vec<(String, String)>,
+    routes: Vec<(String, String)>,
+    connections: usize,
+    timeout: Duration,
+    max_answer_bytes: usize,
+}
+
+impl ProxyBuilder {
+    /// Adds the upstream at `url` (`tcp://host:port` or `unix:///path`, newline-delimited
+    /// JSON) to group `group`. Upstreams of one group share its calls, each call going
+    /// to the connection with the fewest calls outstanding.
+    pub fn upstream(&mut self, group: &str, url: &str) -> &mut Self {
+        self.upstreams.push((group.to_owned(), url.to_owned()));
+        self
+    }
+
+    /// Sends methods matching `pattern` (an exact name, or a prefix and `*`) to `group`.
+    /// Routes are tried in the order added; the first match wins. A method no route
+    /// matches goes to the group named `default`, or else to the first group added.
+    pub fn route(&mut self, pattern: &str, group: &str) -> &mut Self {
+        self.routes.push((pattern.to_owned(), group.to_owned()));
+        self
+    }
+
+    /// Connections opened to each upstream (default 2, at least 1): calls from every
+    /// client connection are pipelined on them.
+    pub fn connections(&mut self, n: usize) -> &mut Self {
+        self.connections = n.max(1);
+        self
+    }
+
+    /// How long a call waits for its upstream's answer before it is answered `-32001`
+    /// (`upstream_timeout`); default 30 s. The call's own deadline (the server's
+    /// `request_timeout`, or the caller's budget) is kept when it is earlier.
+    pub fn timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The longest answer accepted from an upstream (default 8 MiB): a longer one
+    /// drops that upstream connection.
+    pub fn max_answer_bytes(&mut self, n: usize) -> &mut Self {
+        self.max_answer_bytes = n;
+        self
+    }
+
+    /// Checks the setup, starts the upstream thread and begins connecting.
+    ///
+    /// # Errors
+    ///
+    /// [`ProxyError`]: no upstream, a bad URL, a route to a group with no upstream, or
+    /// the poller could not be made.
+    pub fn start(&self) -> Result<Proxy, ProxyError> {
+        if self.upstreams.is_empty() {
+            return Err(ProxyError::NoUpstream);
+        }
+        let mut upstreams = Vec::new();
+        let mut groups: Vec<Group> = Vec::new();
+        let mut lanes = Vec::new();
+        for (group, url) in &self.upstreams {
+            let address = Address::parse(url).map_err(|e| ProxyError::Address {
+                url: url.clone(),
+                reason: e.to_string(),
+            })?;
+            if matches!(address, Address::Http { .. }) {
+                return Err(ProxyError::Address {
+                    url: url.clone(),
+                    reason: "http:// upstreams are not supported yet: use tcp:// or unix://".into(),
+                });
+            }
+            let g = match groups.iter().position(|g| *g.name == **group) {
+                Some(g) => g,
+                None => {
+                    groups.push(Group {
+                        name: group.as_str().into(),
+                        lanes: Vec::new(),
+                        next: AtomicUsize::new(0),
+                    });
+                    groups.len() - 1
+                }
+            };
+            for _ in 0..self.connections {
+                groups[g].lanes.push(lanes.len());
+                lanes.push(Lane::new(upstreams.len()));
+            }
+            upstreams.push(Upstream {
+                url: url.clone(),
+                address,
+            });
+        }
+        let mut rules = Vec::new();
+        for (pattern, group) in &self.routes {
+            let g = groups
+                .iter()
+                .position(|g| *g.name == **group)
+                .ok_or_else(|| ProxyError::UnknownGroup {
+                    pattern: pattern.clone(),
+                    group: group.clone(),
+                })?;
+            rules.push((Pattern::parse(pattern), g));
+        }
+        let default_group = groups
+            .iter()
+            .position(|g| &*g.name == "default")
+            .unwrap_or(0);
+        let poll = mio::Poll::new()?;
+        let waker = mio::Waker::new(poll.registry(), upstream::WAKER)?;
+        let shared = Arc::new(Shared {
+            upstreams,
+            lanes,
+            groups,
+            routes: Rules::new(rules),
+            default_group,
+            timeout: self.timeout,
+            max_answer_bytes: self.max_answer_bytes,
+            waker,
+            woken: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+        });
+        let thread = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("ringrpc-upstream".into())
+                .spawn(move || upstream::run(shared, poll))?
+        };
+        Ok(Proxy {
+            shared,
+            thread: Some(thread),
+        })
+    }
+}
+
+/// A running proxy: its upstream connections and the thread that serves them. Dropping
+/// it stops that thread; calls still waiting are answered `upstream_unavailable`.
+pub struct Proxy {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field(
+                "upstreams",
+                &self
+                    .shared
+                    .upstreams
+                    .iter()
+                    .map(|u| &u.url)
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Proxy {
+    /// A builder with no upstreams, 2 connections per upstream and a 30 s timeout.
+    pub fn builder() -> ProxyBuilder {
+        ProxyBuilder {
+            upstreams: Vec::new(),
+            routes: Vec::new(),
+            connections: 2,
+            timeout: Duration::from_secs(30),
+            max_answer_bytes: crate::config::defaults::DEFAULT_MAX_RESPONSE_BYTES,
+        }
+    }
+
+    /// Makes this proxy the fallback route of `methods`: every method it does not
+    /// register is forwarded.
+    pub fn install(&self, methods: &mut RegistryBuilder) {
+        let forwarder = self.forwarder();
+        methods.deferred_fallback(move |ctx, params, responder| {
+            forwarder.forward(ctx, params, responder);
+        });
+    }
+
+    /// A handle that forwards calls, for a fallback route of one's own (one that
+    /// answers some calls itself and forwards the rest).
+    pub fn forwarder(&self) -> Forwarder {
+        Forwarder {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        let _ = self.shared.waker.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Forwards calls through a [`Proxy`]; cheap to clone, `Send + Sync`.
+#[derive(Clone)]
+pub struct Forwarder {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Forwarder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Forwarder").finish_non_exhaustive()
+    }
+}
+
+impl Forwarder {
+    /// Forwards the call `ctx` describes (method, id, deadline) with `params` to its
+    /// upstream group; `responder` is answered with the upstream's result or error, as
+    /// its bytes came, or with the proxy's own error (see the [module docs](self)).
+    pub fn forward(&self, ctx: &Context<'_>, params: Params<'_>, responder: Responder) {
+        self.shared.forward(ctx, params, responder);
+    }
+}

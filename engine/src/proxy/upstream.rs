@@ -1,0 +1,466 @@
+//! The upstream thread: one mio loop owning every upstream connection. It writes what
+//! the lanes queued, reads answers, and gives each to its caller's `Responder` with the
+//! upstream's `result` or `error` bytes as they came (the server writes the caller's
+//! own id around them). It also times calls out and reconnects lost upstreams.
+
+use std::io::{self, Write};
+use std::net::ToSocketAddrs;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use mio::{Events, Interest, Poll, Token};
+
+use super::lane::{Call, Lane};
+use super::Shared;
+use crate::client::address::Address;
+use crate::codec::response::{validate_response, Body};
+use crate::codec::tape::members;
+use crate::codec::{Id, LineDecoder};
+use crate::engine::Scratch;
+use crate::error::{Reason, RpcError};
+use crate::transport::io::read_into;
+
+/// The waker's token; upstream connection `i` has token `i`.
+pub(crate) const WAKER: Token = Token(usize::MAX);
+
+/// How often timeouts and reconnects are checked while there is anything to check.
+const TICK: Duration = Duration::from_millis(20);
+/// The first wait before reconnecting a lost upstream; doubled per failure.
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+/// The longest wait between reconnection attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// Bytes asked of each read(2).
+const READ_CHUNK: usize = 64 * 1024;
+/// The deepest nesting accepted in an upstream's answer (the server's default).
+const MAX_DEPTH: usize = 128;
+
+/// A connected (or connecting) upstream socket.
+enum Stream {
+    Tcp(mio::net::TcpStream),
+    Unix(mio::net::UnixStream),
+}
+
+impl Stream {
+    fn source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Self::Tcp(s) => s,
+            Self::Unix(s) => s,
+        }
+    }
+
+    /// The pending error of a non-blocking connect, or whether it is still under way.
+    fn connected(&self) -> io::Result<bool> {
+        let (err, peer) = match self {
+            Self::Tcp(s) => (s.take_error()?, s.peer_addr().map(|_| ())),
+            Self::Unix(s) => (s.take_error()?, s.peer_addr().map(|_| ())),
+        };
+        if let Some(e) = err {
+            return Err(e);
+        }
+        match peer {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Self::Tcp(s) => s.as_raw_fd(),
+            Self::Unix(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Self::Tcp(s) => s.write(buf),
+            Self::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Where a connection stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// connect(2) issued; writable means done (or failed).
+    Connecting,
+    /// Requests are written, answers read.
+    Open,
+    /// Lost or refused; the next attempt is at this time.
+    Down(Instant),
+}
+
+/// The upstream thread's half of one upstream connection.
+struct Link {
+    stream: Option<Stream>,
+    state: State,
+    /// Bytes taken from the lane, written from `written` on.
+    wbuf: Vec<u8>,
+    written: usize,
+    rbuf: BytesMut,
+    lines: LineDecoder,
+    backoff: Duration,
+}
+
+/// Why a connection is dropped.
+#[derive(Debug)]
+enum Lost {
+    Io(io::Error),
+    Closed,
+    Garbage(&'static str),
+}
+
+impl std::fmt::Display for Lost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Io(e) => write!(f, "{e}"),
+            Self::Closed => f.write_str("it closed the connection"),
+            Self::Garbage(why) => write!(f, "it sent {why}; the connection was dropped"),
+        }
+    }
+}
+
+/// The loop's state.
+struct Upstreams {
+    shared: Arc<Shared>,
+    poll: Poll,
+    links: Vec<Link>,
+    scratch: Scratch,
+    /// Reused: calls being failed or timed out, slab keys.
+    calls: Vec<Call>,
+    keys: Vec<usize>,
+    last_sweep: Instant,
+}
+
+/// Runs the upstream thread until the proxy stops.
+pub(crate) fn run(shared: Arc<Shared>, poll: Poll) {
+    let links = shared
+        .lanes
+        .iter()
+        .map(|_| Link {
+            stream: None,
+            state: State::Down(Instant::now()),
+            wbuf: Vec::with_capacity(64 * 1024),
+            written: 0,
+            rbuf: BytesMut::with_capacity(READ_CHUNK),
+            lines: LineDecoder::new(shared.max_answer_bytes),
+            backoff: FIRST_BACKOFF,
+        })
+        .collect();
+    let mut up = Upstreams {
+        shared,
+        poll,
+        links,
+        scratch: Scratch::with_max_depth(MAX_DEPTH),
+        calls: Vec::new(),
+        keys: Vec::new(),
+        last_sweep: Instant::now(),
+    };
+    for i in 0..up.links.len() {
+        up.connect(i);
+    }
+    let mut events = Events::with_capacity(1024);
+    loop {
+        let timeout = up.needs_ticks().then_some(TICK);
+        if let Err(e) = up.poll.poll(&mut events, timeout) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                tracing::error!("proxy: polling the upstream connections failed: {e}");
+                break;
+            }
+        }
+        if up.shared.stop.load(Ordering::Acquire) {
+            break;
+        }
+        up.shared.woken.store(false, Ordering::Release);
+        for event in &events {
+            if event.token() == WAKER {
+                continue;
+            }
+            let i = event.token().0;
+            if event.is_writable() || event.is_error() {
+                up.on_writable(i);
+            }
+            if event.is_readable() || event.is_read_closed() {
+                up.on_readable(i);
+            }
+        }
+        up.take_queued();
+        let now = Instant::now();
+        if now.duration_since(up.last_sweep) >= TICK {
+            up.last_sweep = now;
+            up.sweep(now);
+        }
+    }
+    // Stopping: nothing more will be answered from upstream.
+    for i in 0..up.links.len() {
+        up.fail(i, "the proxy is stopping");
+    }
+}
+
+impl Upstreams {
+    fn lane(&self, i: usize) -> &Lane {
+        &self.shared.lanes[i]
+    }
+
+    /// Whether timeouts or reconnects need the loop to wake without events.
+    fn needs_ticks(&self) -> bool {
+        self.links.iter().enumerate().any(|(i, l)| {
+            matches!(l.state, State::Down(_))
+                || self.lane(i).outstanding.load(Ordering::Relaxed) > 0
+        })
+    }
+
+    /// Starts connecting link `i`; a failure to even start marks it down.
+    fn connect(&mut self, i: usize) {
+        let address = &self.shared.upstreams[self.lane(i).upstream].address;
+        let stream = match address {
+            Address::Tcp(hostport) => hostport
+                .to_socket_addrs()
+                .and_then(|mut addrs| {
+                    addrs.next().ok_or_else(|| {
+                        io::Error::new(io::ErrorKind::NotFound, "the name has no address")
+                    })
+                })
+                .and_then(mio::net::TcpStream::connect)
+                .map(|s| {
+                    let _ = s.set_nodelay(true);
+                    Stream::Tcp(s)
+                }),
+            Address::Unix(path) => mio::net::UnixStream::connect(path).map(Stream::Unix),
+            Address::Http { .. } => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "http:// upstreams are not supported yet",
+            )),
+        };
+        let mut stream = match stream {
+            Ok(s) => s,
+            Err(e) => return self.down(i, &Lost::Io(e)),
+        };
+        if let Err(e) = self.poll.registry().register(
+            stream.source(),
+            Token(i),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            return self.down(i, &Lost::Io(e));
+        }
+        let link = &mut self.links[i];
+        link.stream = Some(stream);
+        link.state = State::Connecting;
+        link.wbuf.clear();
+        link.written = 0;
+        link.rbuf.clear();
+        link.lines = LineDecoder::new(self.shared.max_answer_bytes);
+        self.lane(i).up.store(true, Ordering::Release);
+    }
+
+    fn on_writable(&mut self, i: usize) {
+        let link = &mut self.links[i];
+        if link.state == State::Connecting {
+            match link.stream.as_ref().map(Stream::connected) {
+                Some(Ok(true)) => {
+                    link.state = State::Open;
+                    link.backoff = FIRST_BACKOFF;
+                }
+                Some(Ok(false)) => return,
+                Some(Err(e)) => return self.down(i, &Lost::Io(e)),
+                None => return,
+            }
+        }
+        self.flush(i);
+    }
+
+    /// Writes what link `i` holds until done or the socket is full.
+    fn flush(&mut self, i: usize) {
+        let link = &mut self.links[i];
+        if link.state != State::Open {
+            return;
+        }
+        let Some(stream) = link.stream.as_mut() else {
+            return;
+        };
+        while link.written < link.wbuf.len() {
+            match stream.write(&link.wbuf[link.written..]) {
+                Ok(0) => return self.down(i, &Lost::Closed),
+                Ok(n) => link.written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return self.down(i, &Lost::Io(e)),
+            }
+        }
+        link.wbuf.clear();
+        link.written = 0;
+    }
+
+    /// Moves what forwarding threads queued into the links, and writes it.
+    fn take_queued(&mut self) {
+        for i in 0..self.links.len() {
+            let lane = &self.shared.lanes[i];
+            if !lane.has_out.load(Ordering::Acquire) {
+                continue;
+            }
+            let link = &mut self.links[i];
+            if matches!(link.state, State::Down(_)) {
+                // Queued between the connection's loss and the lane's marking: fail
+                // them now rather than at the next attempt.
+                self.fail(i, "the connection is down");
+                continue;
+            }
+            {
+                let mut q = lane.lock();
+                lane.has_out.store(false, Ordering::Release);
+                if link.wbuf.is_empty() {
+                    std::mem::swap(&mut link.wbuf, &mut q.out);
+                } else {
+                    link.wbuf.extend_from_slice(&q.out);
+                    q.out.clear();
+                }
+            }
+            self.flush(i);
+        }
+    }
+
+    fn on_readable(&mut self, i: usize) {
+        if self.links[i].state == State::Connecting {
+            // Readable before writable: the connect failed (or data came early).
+            match self.links[i].stream.as_ref().map(Stream::connected) {
+                Some(Ok(true)) => {
+                    self.links[i].state = State::Open;
+                    self.links[i].backoff = FIRST_BACKOFF;
+                }
+                Some(Ok(false)) | None => return,
+                Some(Err(e)) => return self.down(i, &Lost::Io(e)),
+            }
+        }
+        loop {
+            let link = &mut self.links[i];
+            let Some(stream) = link.stream.as_mut() else {
+                return;
+            };
+            let n = read_into(stream.as_raw_fd(), &mut link.rbuf, READ_CHUNK);
+            match n {
+                Ok(0) => {
+                    let _ = self.answers(i);
+                    return self.down(i, &Lost::Closed);
+                }
+                Ok(_) => {
+                    if let Err(lost) = self.answers(i) {
+                        return self.down(i, &lost);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return self.down(i, &Lost::Io(e)),
+            }
+        }
+    }
+
+    /// Relays every whole answer line in link `i`'s read buffer.
+    fn answers(&mut self, i: usize) -> Result<(), Lost> {
+        loop {
+            let link = &mut self.links[i];
+            let line = match link.lines.decode(&mut link.rbuf) {
+                Ok(Some(line)) => line,
+                Ok(None) => return Ok(()),
+                Err(_) => return Err(Lost::Garbage("an answer over the size limit")),
+            };
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let lane = &self.shared.lanes[i];
+            relay(&mut self.scratch, &line, lane)?;
+        }
+    }
+
+    /// Marks link `i` down: its calls fail, and it is reconnected after a backoff.
+    fn down(&mut self, i: usize, why: &Lost) {
+        let url = &self.shared.upstreams[self.lane(i).upstream].url;
+        let why = format!("upstream {url} is unavailable: {why}");
+        tracing::warn!("proxy: {why}");
+        let link = &mut self.links[i];
+        if let Some(mut s) = link.stream.take() {
+            let _ = self.poll.registry().deregister(s.source());
+        }
+        link.state = State::Down(Instant::now() + link.backoff);
+        link.backoff = (link.backoff * 2).min(MAX_BACKOFF);
+        link.wbuf.clear();
+        link.written = 0;
+        self.lane(i).up.store(false, Ordering::Release);
+        self.fail(i, &why);
+    }
+
+    /// Answers every call waiting on link `i` with `upstream_unavailable`.
+    fn fail(&mut self, i: usize, why: &str) {
+        self.shared.lanes[i].drain(&mut self.calls);
+        for call in self.calls.drain(..) {
+            call.responder.error(RpcError::new(
+                Reason::UpstreamUnavailable,
+                format!("Server busy: {why}"),
+            ));
+        }
+    }
+
+    /// Times out calls past their deadline, and reconnects links whose backoff is over.
+    fn sweep(&mut self, now: Instant) {
+        for i in 0..self.links.len() {
+            let lane = &self.shared.lanes[i];
+            if lane.outstanding.load(Ordering::Relaxed) > 0 {
+                lane.expired(now, &mut self.keys, &mut self.calls);
+                for call in self.calls.drain(..) {
+                    call.responder.error(RpcError::new(
+                        Reason::UpstreamTimeout,
+                        "Request timed out: the upstream did not answer within the proxy's \
+                         upstream timeout",
+                    ));
+                }
+            }
+            if matches!(self.links[i].state, State::Down(at) if at <= now) {
+                self.connect(i);
+            }
+        }
+    }
+}
+
+/// Gives one answer line to the call it answers. An answer for no waiting call (late,
+/// after a timeout) is dropped; an answer that is not a JSON-RPC response is garbage.
+fn relay(scratch: &mut Scratch, line: &[u8], lane: &Lane) -> Result<(), Lost> {
+    scratch.parse(line, |parsed| {
+        let raw = parsed.map_err(|_| Lost::Garbage("invalid JSON"))?;
+        let response = validate_response(raw.root)
+            .map_err(|_| Lost::Garbage("something that is not a JSON-RPC response"))?;
+        let Id::UInt(id) = response.id else {
+            // Not an id the proxy sends (an upstream's error with id null, say).
+            return Ok(());
+        };
+        let Some(call) = lane.take(id) else {
+            return Ok(());
+        };
+        match response.body {
+            Body::Result(nodes) => match raw.value_text(nodes) {
+                Some(text) => call.responder.respond_raw(text),
+                None => return Err(Lost::Garbage("a result whose text could not be found")),
+            },
+            Body::Error { code, .. } => {
+                let object = members(raw.root)
+                    .filter_map(Result::ok)
+                    .find(|(key, _)| *key == "error")
+                    .and_then(|(_, nodes)| raw.value_text(nodes));
+                match object {
+                    Some(text) => call.responder.relay_error(code, text),
+                    None => return Err(Lost::Garbage("an error whose text could not be found")),
+                }
+            }
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,484 @@
+//! The proxy over real sockets: the same answers as the upstream gives directly, ids
+//! that never cross, routing, notifications, and every upstream failure answered.
+
+mod util;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ringrpc::proxy::{Proxy, ProxyBuilder};
+use ringrpc::{demo, Config, Engine, Params, Registry, RpcError, ServerConfig};
+use serde_json::{json, Value};
+use util::server::Served;
+
+/// Serves `proxy` as the fallback of an otherwise empty registry.
+fn served_proxy(proxy: &Proxy, config: Config) -> Served {
+    let mut methods = Registry::builder();
+    proxy.install(&mut methods);
+    Served::start(
+        Engine::new(methods.freeze(), config),
+        ServerConfig::default(),
+    )
+}
+
+fn builder_to(upstream: &Served) -> ProxyBuilder {
+    let mut b = Proxy::builder();
+    b.upstream("default", &format!("tcp://{}", upstream.tcp));
+    b
+}
+
+/// Sends `frame` on a fresh line connection followed by a `ping` with a marker id, and
+/// returns every answer line before the marker's (none for notifications).
+fn tcp_answers(addr: SocketAddr, frame: &str) -> Vec<Value> {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut r = BufReader::new(s);
+    let marker = r#"{"jsonrpc":"2.0","method":"ping","id":"marker-7f3a"}"#;
+    r.get_mut()
+        .write_all(format!("{frame}\n{marker}\n").as_bytes())
+        .unwrap();
+    let mut answers = Vec::new();
+    loop {
+        let mut line = String::new();
+        assert!(r.read_line(&mut line).unwrap() > 0, "closed after {frame}");
+        let v: Value = serde_json::from_str(&line).unwrap();
+        if v["id"] == "marker-7f3a" {
+            return answers;
+        }
+        answers.push(v);
+    }
+}
+
+/// An answer with a batch's elements in a canonical order (by their text), so answers
+/// compare as multisets of elements.
+fn canonical(v: Value) -> Value {
+    match v {
+        Value::Array(mut a) => {
+            a.sort_by_key(Value::to_string);
+            Value::Array(a)
+        }
+        other => other,
+    }
+}
+
+/// Frames covering the specification's examples, the common mistakes, exotic ids,
+/// notifications, errors with data, and batches of every kind.
+fn corpus() -> Vec<String> {
+    let mut frames: Vec<String> = [
+        r#"{"jsonrpc":"2.0","method":"subtract","params":[42,23],"id":1}"#,
+        r#"{"jsonrpc":"2.0","method":"subtract","params":[23,42],"id":2}"#,
+        r#"{"jsonrpc":"2.0","method":"subtract","params":{"subtrahend":23,"minuend":42},"id":3}"#,
+        r#"{"jsonrpc":"2.0","method":"subtract","params":{"minuend":42,"subtrahend":23},"id":4}"#,
+        r#"{"jsonrpc":"2.0","method":"update","params":[1,2,3,4,5]}"#,
+        r#"{"jsonrpc":"2.0","method":"foobar"}"#,
+        r#"{"jsonrpc":"2.0","method":"foobar","id":"1"}"#,
+        r#"{"jsonrpc":"2.0","method":"foobar,"params":"bar","baz]"#,
+        r#"{"jsonrpc":"2.0","method":1,"params":"bar"}"#,
+        r#"[{"jsonrpc":"2.0","method":"sum","params":[1,2,4],"id":"1"},{"jsonrpc":"2.0","method""#,
+        r#"[]"#,
+        r#"[1]"#,
+        r#"[1,2,3]"#,
+        r#"[{"jsonrpc":"2.0","method":"sum","params":[1,2,4],"id":"1"},{"jsonrpc":"2.0","method":"notify_hello","params":[7]},{"jsonrpc":"2.0","method":"subtract","params":[42,23],"id":"2"},{"foo":"boo"},{"jsonrpc":"2.0","method":"foo.get","params":{"name":"myself"},"id":"5"},{"jsonrpc":"2.0","method":"get_data","id":"9"}]"#,
+        r#"[{"jsonrpc":"2.0","method":"notify_sum","params":[1,2,4]},{"jsonrpc":"2.0","method":"notify_hello","params":[7]}]"#,
+        // The mistakes: no version, wrong version, result and error, bad params.
+        r#"{"method":"subtract","params":[1,2],"id":1}"#,
+        r#"{"jsonrpc":"1.0","method":"subtract","params":[1,2],"id":1}"#,
+        r#"{"jsonrpc":"2.0","method":"subtract","params":7,"id":1}"#,
+        r#"{"jsonrpc":"2.0","method":"subtract","params":{"Minuend":1,"subtrahend":2},"id":1}"#,
+        r#"{"jsonrpc":"2.0","method":"subtract","params":["a",2],"id":1}"#,
+        r#"{"jsonrpc":"2.0","method":"add","params":[9223372036854775807,1],"id":1}"#,
+        r#"{"jsonrpc":"2.0","method":"rpc.discover","id":1}"#,
+        r#"{"jsonrpc":"2.0","method":"get_data","id":{"an":"object"}}"#,
+        // Ids of every kind, echoed as the server echoes them.
+        r#"{"jsonrpc":"2.0","method":"ping","id":null}"#,
+        r#"{"jsonrpc":"2.0","method":"ping","id":0}"#,
+        r#"{"jsonrpc":"2.0","method":"ping","id":-1}"#,
+        r#"{"jsonrpc":"2.0","method":"ping","id":18446744073709551615}"#,
+        r#"{"jsonrpc":"2.0","method":"ping","id":-9223372036854775808}"#,
+        r#"{"jsonrpc":"2.0","method":"ping","id":1.5}"#,
+        r#"{"jsonrpc":"2.0","method":"ping","id":2.5e-3}"#,
+        r#"{"jsonrpc":"2.0","method":"ping","id":""}"#,
+        r#"{"jsonrpc":"2.0","method":"ping","id":"a\"b\\c\u00e9\ud83d\ude00"}"#,
+        r#"{"jsonrpc":"2.0","method":"ping","id":"é"}"#,
+        // Params and results passed through byte for byte.
+        r#"{"jsonrpc":"2.0","method":"echo","params":{"s":"x\ny\t\"q\"\u0000","n":[1.0,-0.0,1e308,12345678901234567890],"e":{},"a":[[]]},"id":7}"#,
+        r#"{"jsonrpc":"2.0","method":"echo","params":[  1 ,  {"k" :  "v" } ],"id":8}"#,
+        r#"{"jsonrpc":"2.0","method":"echo","id":9}"#,
+        r#"{"jsonrpc":"2.0","method":"sleep","params":{"ms":1},"id":10}"#,
+        r#"{"jsonrpc":"2.0","method":"delay","params":[5],"id":11}"#,
+        r#"{"jsonrpc":"2.0","method":"delay","params":[600001],"id":12}"#,
+        r#"{"jsonrpc":"2.0","method":"notify_hello","params":[1],"id":13}"#,
+        // Duplicate ids within a batch.
+        r#"[{"jsonrpc":"2.0","method":"add","params":[1,1],"id":1},{"jsonrpc":"2.0","method":"add","params":[2,2],"id":1},{"jsonrpc":"2.0","method":"add","params":[3,3],"id":1}]"#,
+    ]
+    .map(str::to_owned)
+    .into();
+    // A batch of 100 calls mixing inline, pool and deferred methods.
+    let elements: Vec<String> = (0..100)
+        .map(|i| match i % 4 {
+            0 => format!(r#"{{"jsonrpc":"2.0","method":"add","params":[{i},1],"id":{i}}}"#),
+            1 => format!(r#"{{"jsonrpc":"2.0","method":"echo","params":[{i}],"id":"s{i}"}}"#),
+            2 => format!(r#"{{"jsonrpc":"2.0","method":"delay","params":[1],"id":{i}}}"#),
+            _ => format!(r#"{{"jsonrpc":"2.0","method":"update","params":[{i}]}}"#),
+        })
+        .collect();
+    frames.push(format!("[{}]", elements.join(",")));
+    // A large result.
+    let big = "x".repeat(200_000);
+    frames.push(format!(
+        r#"{{"jsonrpc":"2.0","method":"echo","params":["{big}"],"id":"big"}}"#
+    ));
+    frames
+}
+
+#[test]
+fn answers_through_the_proxy_are_the_answers_direct() {
+    let upstream = Served::start(demo::engine(Config::default()), ServerConfig::default());
+    let proxy = builder_to(&upstream).start().unwrap();
+    let front = served_proxy(&proxy, Config::default());
+    for frame in corpus() {
+        let direct: Vec<Value> = tcp_answers(upstream.tcp, &frame)
+            .into_iter()
+            .map(canonical)
+            .collect();
+        let proxied: Vec<Value> = tcp_answers(front.tcp, &frame)
+            .into_iter()
+            .map(canonical)
+            .collect();
+        assert_eq!(proxied, direct, "tcp: {frame:.300}");
+
+        let direct = util::http::post_raw(upstream.http, &[], frame.as_bytes());
+        let proxied = util::http::post_raw(front.http, &[], frame.as_bytes());
+        assert_eq!(proxied.status, direct.status, "http: {frame:.300}");
+        assert_eq!(
+            canonical(proxied.body),
+            canonical(direct.body),
+            "http: {frame:.300}"
+        );
+    }
+    // Over HTTP a body may span lines: the forwarded request stays one line.
+    let pretty = "{\n  \"jsonrpc\": \"2.0\",\n  \"method\": \"echo\",\n  \"params\": {\n    \"a\": [1,\r\n 2]\n  },\n  \"id\": 1\n}";
+    let proxied = util::http::post_raw(front.http, &[], pretty.as_bytes());
+    assert_eq!(
+        proxied.body,
+        json!({"jsonrpc": "2.0", "id": 1, "result": {"a": [1, 2]}})
+    );
+    front.stop();
+    drop(proxy);
+    upstream.stop();
+}
+
+/// Each of 32 clients pipelines calls that all use id 1 (and batches of three calls
+/// with id 1): every answer must carry the params its own request sent.
+#[test]
+fn colliding_ids_never_cross() {
+    const CLIENTS: usize = 32;
+    const CALLS: usize = 400;
+    let upstream = Served::start(demo::engine(Config::default()), ServerConfig::default());
+    let proxy = builder_to(&upstream).connections(3).start().unwrap();
+    let front = served_proxy(&proxy, Config::default());
+    let mismatches = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let (addr, mismatches) = (front.tcp, Arc::clone(&mismatches));
+            std::thread::spawn(move || {
+                let s = TcpStream::connect(addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                let mut w = s.try_clone().unwrap();
+                let writer = std::thread::spawn(move || {
+                    let mut out = String::new();
+                    for k in 0..CALLS {
+                        if k % 10 == 9 {
+                            out.push_str(&format!(
+                                r#"[{{"jsonrpc":"2.0","method":"echo","params":[{c},{k},0],"id":1}},{{"jsonrpc":"2.0","method":"echo","params":[{c},{k},1],"id":1}},{{"jsonrpc":"2.0","method":"echo","params":[{c},{k},2],"id":1}}]"#
+                            ));
+                        } else {
+                            out.push_str(&format!(
+                                r#"{{"jsonrpc":"2.0","method":"echo","params":[{c},{k}],"id":1}}"#
+                            ));
+                        }
+                        out.push('\n');
+                    }
+                    w.write_all(out.as_bytes()).unwrap();
+                });
+                let mut r = BufReader::new(s);
+                for k in 0..CALLS {
+                    let mut line = String::new();
+                    r.read_line(&mut line).unwrap();
+                    let v: Value = serde_json::from_str(&line).unwrap();
+                    let ok = if k % 10 == 9 {
+                        let mut got: Vec<Value> = v
+                            .as_array()
+                            .map(|a| a.iter().map(|e| e["result"].clone()).collect())
+                            .unwrap_or_default();
+                        got.sort_by_key(Value::to_string);
+                        got == [json!([c, k, 0]), json!([c, k, 1]), json!([c, k, 2])]
+                    } else {
+                        v["id"] == 1 && v["result"] == json!([c, k])
+                    };
+                    if !ok {
+                        mismatches.fetch_add(1, Ordering::Relaxed);
+                        eprintln!("client {c} call {k}: {v}");
+                    }
+                }
+                writer.join().unwrap();
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    assert_eq!(mismatches.load(Ordering::Relaxed), 0);
+    front.stop();
+    drop(proxy);
+    upstream.stop();
+}
+
+/// An engine answering every method with its own name (`a` or `b`), and counting the
+/// notifications it receives (`count` answers how many).
+fn named(name: &'static str, notes: Arc<AtomicUsize>) -> Engine {
+    let mut m = Registry::builder();
+    let seen = Arc::clone(&notes);
+    m.method("count", move |_p: Params<'_>| -> Result<usize, RpcError> {
+        Ok(seen.load(Ordering::SeqCst))
+    })
+    .unwrap();
+    m.fallback(move |ctx, _p, out| {
+        if ctx.id().is_none() {
+            notes.fetch_add(1, Ordering::SeqCst);
+        }
+        out.write_str(name)
+    });
+    Engine::new(m.freeze(), Config::default())
+}
+
+#[test]
+fn routes_choose_the_group_and_notifications_are_forwarded_unanswered() {
+    let (na, nb) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let a = Served::start(named("a", Arc::clone(&na)), ServerConfig::default());
+    let b = Served::start(named("b", Arc::clone(&nb)), ServerConfig::default());
+    let mut builder = Proxy::builder();
+    builder
+        .upstream("first", &format!("tcp://{}", a.tcp))
+        .upstream("b", &format!("unix://{}", b.unix.display()))
+        .route("exact_b", "b")
+        .route("b_*", "b")
+        .connections(1);
+    let proxy = builder.start().unwrap();
+    let front = served_proxy(&proxy, Config::default());
+    let call = |method: &str| {
+        let a = tcp_answers(
+            front.tcp,
+            &format!(r#"{{"jsonrpc":"2.0","method":"{method}","id":1}}"#),
+        );
+        a[0]["result"].clone()
+    };
+    // No `default` group: unmatched methods go to the first group.
+    assert_eq!(call("exact_b"), "b");
+    assert_eq!(call("exact_bb"), "a");
+    assert_eq!(call("b_anything"), "b");
+    assert_eq!(call("b_"), "b");
+    assert_eq!(call("c_x"), "a");
+    // Notifications: forwarded, never answered (an all-notification batch: 204).
+    assert!(tcp_answers(front.tcp, r#"{"jsonrpc":"2.0","method":"b_note"}"#).is_empty());
+    let batch =
+        r#"[{"jsonrpc":"2.0","method":"b_note","params":[1]},{"jsonrpc":"2.0","method":"a_note"}]"#;
+    let http = util::http::post_raw(front.http, &[], batch.as_bytes());
+    assert_eq!((http.status, http.body), (204, Value::Null));
+    // The counts come through the same single connection, after the notifications.
+    assert_eq!(call("exact_b"), "b");
+    let count_b = tcp_answers(front.tcp, r#"{"jsonrpc":"2.0","method":"b_count","id":1}"#);
+    assert_eq!(count_b[0]["result"], "b"); // routed by the proxy, answered by the fallback
+    let wait = |n: &AtomicUsize, want: usize| {
+        for _ in 0..500 {
+            if n.load(Ordering::SeqCst) == want {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("{} notifications, want {want}", n.load(Ordering::SeqCst));
+    };
+    wait(&nb, 2);
+    wait(&na, 1);
+    front.stop();
+    drop(proxy);
+    a.stop();
+    b.stop();
+}
+
+/// A fake upstream: accepts connections and runs `each` on every request line.
+fn fake_upstream(each: fn(&str, &mut TcpStream) -> bool) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { return };
+            std::thread::spawn(move || {
+                let mut w = conn.try_clone().unwrap();
+                for line in BufReader::new(conn).lines() {
+                    let Ok(line) = line else { return };
+                    if !each(&line, &mut w) {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn error_of(v: &Value) -> (i64, &str) {
+    (
+        v["error"]["code"].as_i64().unwrap_or(0),
+        v["error"]["data"]["reason"].as_str().unwrap_or(""),
+    )
+}
+
+#[test]
+fn upstream_failures_are_answered_and_the_proxy_lives() {
+    let good = Served::start(demo::engine(Config::default()), ServerConfig::default());
+    // Reads every request, never answers.
+    let stall = fake_upstream(|_, _| true);
+    // Answers every request with a line that is not JSON.
+    let garbage = fake_upstream(|_, w| w.write_all(b"this is not JSON\n").is_ok());
+    // Closes the connection on the third request, answering none.
+    let closes = fake_upstream(|_, _| {
+        static SEEN: AtomicUsize = AtomicUsize::new(0);
+        SEEN.fetch_add(1, Ordering::SeqCst) % 3 != 2
+    });
+    // Nothing listens here.
+    let refused = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let mut b = Proxy::builder();
+    b.upstream("default", &format!("tcp://{}", good.tcp))
+        .upstream("stall", &format!("tcp://{stall}"))
+        .upstream("garbage", &format!("tcp://{garbage}"))
+        .upstream("closes", &format!("tcp://{closes}"))
+        .upstream("refused", &format!("tcp://{refused}"))
+        .route("stall_*", "stall")
+        .route("garbage_*", "garbage")
+        .route("closes_*", "closes")
+        .route("refused_*", "refused")
+        .connections(1)
+        .timeout(Duration::from_millis(300));
+    let proxy = b.start().unwrap();
+    let front = served_proxy(&proxy, Config::default());
+
+    // A stalled upstream: its call times out, while other groups answer meanwhile.
+    let stalled = {
+        let addr = front.tcp;
+        std::thread::spawn(move || {
+            tcp_answers(addr, r#"{"jsonrpc":"2.0","method":"stall_x","id":1}"#)
+        })
+    };
+    let ok = tcp_answers(
+        front.tcp,
+        r#"{"jsonrpc":"2.0","method":"add","params":[1,2],"id":2}"#,
+    );
+    assert_eq!(ok[0]["result"], 3);
+    let stalled = stalled.join().unwrap();
+    assert_eq!(
+        error_of(&stalled[0]),
+        (-32001, "upstream_timeout"),
+        "{stalled:?}"
+    );
+    assert_eq!(stalled[0]["id"], 1);
+
+    // Garbage: the connection is dropped and its call answered; again after reconnecting.
+    for id in 0..3 {
+        let a = tcp_answers(
+            front.tcp,
+            &format!(r#"{{"jsonrpc":"2.0","method":"garbage_x","id":{id}}}"#),
+        );
+        assert_eq!(error_of(&a[0]), (-32000, "upstream_unavailable"), "{a:?}");
+        assert_eq!(a[0]["id"], id);
+    }
+
+    // A connection closed with calls in flight: each of them answered, none lost.
+    let batch: Vec<String> = (0..5)
+        .map(|i| format!(r#"{{"jsonrpc":"2.0","method":"closes_x","id":{i}}}"#))
+        .collect();
+    let a = tcp_answers(front.tcp, &format!("[{}]", batch.join(",")));
+    let elements = a[0].as_array().unwrap();
+    assert_eq!(elements.len(), 5);
+    for e in elements {
+        assert_eq!(error_of(e), (-32000, "upstream_unavailable"), "{e}");
+    }
+
+    // Refused: answered at once (the upstream is marked down), with a batch's other
+    // elements answered normally.
+    let a = tcp_answers(
+        front.tcp,
+        r#"[{"jsonrpc":"2.0","method":"refused_x","id":1},{"jsonrpc":"2.0","method":"add","params":[2,2],"id":2}]"#,
+    );
+    let mut elements = a[0].as_array().unwrap().clone();
+    elements.sort_by_key(|e| e["id"].as_i64());
+    assert_eq!(error_of(&elements[0]), (-32000, "upstream_unavailable"));
+    assert_eq!(elements[1]["result"], 4);
+
+    // And the proxy still serves.
+    let ok = tcp_answers(
+        front.tcp,
+        r#"{"jsonrpc":"2.0","method":"add","params":[5,5],"id":3}"#,
+    );
+    assert_eq!(ok[0]["result"], 10);
+    front.stop();
+    drop(proxy);
+    good.stop();
+}
+
+/// An upstream that goes away and comes back at the same address: calls meanwhile are
+/// answered `upstream_unavailable` (none hangs), and calls after it returns succeed.
+#[test]
+fn a_lost_upstream_is_reconnected() {
+    let upstream = Served::start(demo::engine(Config::default()), ServerConfig::default());
+    let addr = upstream.tcp;
+    let proxy = builder_to(&upstream).connections(1).start().unwrap();
+    let front = served_proxy(&proxy, Config::default());
+    let add = r#"{"jsonrpc":"2.0","method":"add","params":[1,2],"id":1}"#;
+    assert_eq!(tcp_answers(front.tcp, add)[0]["result"], 3);
+    upstream.stop();
+    let a = tcp_answers(front.tcp, add);
+    assert_eq!(error_of(&a[0]), (-32000, "upstream_unavailable"), "{a:?}");
+    // Back at the same address.
+    let mut server = ringrpc::server::Server::new(demo::engine(Config::default())).unwrap();
+    server.listen_tcp(addr).unwrap();
+    let handle = server.handle();
+    let back = std::thread::spawn(move || server.run());
+    let mut answered = false;
+    for _ in 0..300 {
+        let a = tcp_answers(front.tcp, add);
+        if a[0]["result"] == 3 {
+            answered = true;
+            break;
+        }
+        assert_eq!(error_of(&a[0]), (-32000, "upstream_unavailable"), "{a:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(answered, "the proxy never reconnected");
+    front.stop();
+    drop(proxy);
+    handle.shutdown();
+    back.join().unwrap().unwrap();
+}
+
+#[test]
+fn bad_setups_are_refused_with_a_reason() {
+    use ringrpc::proxy::ProxyError;
+    assert!(matches!(
+        Proxy::builder().start(),
+        Err(ProxyError::NoUpstream)
+    ));
+    let mut b = Proxy::builder();
+    b.upstream("a", "ftp://x");
+    assert!(matches!(b.start(), Err(ProxyError::Address { .. })));
+    let mut b = Proxy::builder();
+    b.upstream("a", "tcp://127.0.0.1:1").route("x_*", "nope");
+    let e = b.start().unwrap_err();
+    assert!(e.to_string().contains("nope"), "{e}");
+}

@@ -1,0 +1,186 @@
+//! A JSON-RPC proxy: serves TCP, HTTP/1.1 and Unix sockets like the demo server, and
+//! forwards every call to upstream servers by method, without re-encoding it.
+//!
+//! ```text
+//! cargo run --release --example server -- --tcp 127.0.0.1:7700 --http off &
+//! cargo run --release --example proxy -- --upstream default=tcp://127.0.0.1:7700
+//! # tcp 127.0.0.1:7710, http 127.0.0.1:7711
+//! cargo run --release --example proxy -- --help    # every flag
+//! ```
+//!
+//! Prints one `listening KIND ADDR` line per listener once it accepts connections.
+//! SIGINT / SIGTERM: stop accepting, answer every call already received (forwarded
+//! calls included, up to the request timeout), exit 0. See docs/PROXY.md.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use ringrpc::guard::{Guard, GuardError};
+use ringrpc::proxy::Proxy;
+use ringrpc::server::Server;
+use ringrpc::{defaults, Config, Engine, Registry, ServerConfig};
+
+/// Forward JSON-RPC calls to upstream servers, routed by method.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// An upstream, NAME=URL (tcp://HOST:PORT or unix:///PATH); repeat it. Upstreams of
+    /// one NAME form a group whose calls go to the least busy one.
+    #[arg(long, value_name = "NAME=URL", required = true)]
+    upstream: Vec<String>,
+    /// Send methods matching PATTERN (an exact name, or a prefix and `*`) to group
+    /// NAME; repeat it, first match wins. Others go to `default`, or the first group.
+    #[arg(long, value_name = "PATTERN=NAME")]
+    route: Vec<String>,
+    /// Connections to each upstream, shared by every client.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    connections: usize,
+    /// How long a forwarded call waits for its upstream (then -32001 upstream_timeout).
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    upstream_timeout_ms: u64,
+    /// Newline-delimited JSON-RPC over TCP on ADDR ("off" to disable).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7710")]
+    tcp: String,
+    /// JSON-RPC over HTTP/1.1 on ADDR ("off" to disable).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7711")]
+    http: String,
+    /// Newline-delimited JSON-RPC on a Unix domain socket at PATH.
+    #[arg(long, value_name = "PATH")]
+    unix: Option<PathBuf>,
+    /// Prometheus metrics (and /health) on a listener of their own at ADDR.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
+    /// Event-loop threads for client connections.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    reactors: usize,
+    /// Largest request, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = defaults::DEFAULT_MAX_REQUEST_BYTES)]
+    max_request_bytes: usize,
+    /// Largest response (and largest upstream answer), in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = defaults::DEFAULT_MAX_RESPONSE_BYTES)]
+    max_response_bytes: usize,
+    /// Longest batch.
+    #[arg(long, value_name = "N", default_value_t = defaults::DEFAULT_MAX_BATCH_LEN)]
+    max_batch_len: usize,
+    /// Most client connections.
+    #[arg(long, value_name = "N", default_value_t = defaults::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// A call not answered within MS is answered -32001 (0: never).
+    #[arg(long, value_name = "MS", default_value_t = defaults::DEFAULT_REQUEST_TIMEOUT.as_millis() as u64)]
+    request_timeout_ms: u64,
+    /// API keys (TOML), as the server's --auth-file.
+    #[arg(long, value_name = "FILE")]
+    auth_file: Option<PathBuf>,
+    /// Rate limit per peer address for anonymous callers, as the server's.
+    #[arg(long, value_name = "RATE[:BURST]")]
+    rate_limit: Option<String>,
+    /// Turn metrics off.
+    #[arg(long)]
+    no_metrics: bool,
+}
+
+fn millis(ms: u64) -> Option<Duration> {
+    (ms > 0).then(|| Duration::from_millis(ms))
+}
+
+/// `A=B` split at its first `=`, both sides non-empty.
+fn pair<'a>(flag: &str, s: &'a str) -> Result<(&'a str, &'a str), String> {
+    match s.split_once('=') {
+        Some((a, b)) if !a.is_empty() && !b.is_empty() => Ok((a, b)),
+        _ => Err(format!("--{flag} {s:?}: expected the form A=B")),
+    }
+}
+
+fn proxy(a: &Args) -> Result<Proxy, String> {
+    let mut b = Proxy::builder();
+    for u in &a.upstream {
+        let (name, url) = pair("upstream", u)?;
+        b.upstream(name, url);
+    }
+    for r in &a.route {
+        let (pattern, name) = pair("route", r)?;
+        b.route(pattern, name);
+    }
+    b.connections(a.connections)
+        .timeout(Duration::from_millis(a.upstream_timeout_ms.max(1)))
+        .max_answer_bytes(a.max_response_bytes);
+    b.start().map_err(|e| e.to_string())
+}
+
+fn guard(a: &Args) -> Result<Option<Guard>, GuardError> {
+    if a.auth_file.is_none() && a.rate_limit.is_none() {
+        return Ok(None);
+    }
+    let mut g = Guard::new();
+    if let Some(path) = &a.auth_file {
+        g = g.with_key_file(path)?;
+    }
+    if let Some(spec) = &a.rate_limit {
+        g = g.with_peer_rate_limit(spec)?;
+    }
+    Ok(Some(g))
+}
+
+fn serve(a: Args) -> Result<(), String> {
+    let proxy = proxy(&a)?;
+    let mut methods = Registry::builder();
+    proxy.install(&mut methods);
+    let config = Config::default()
+        .max_request_bytes(a.max_request_bytes)
+        .max_response_bytes(a.max_response_bytes)
+        .max_batch_len(a.max_batch_len)
+        .request_timeout(millis(a.request_timeout_ms));
+    let mut engine = Engine::new(methods.freeze(), config);
+    if a.no_metrics {
+        engine = engine.without_metrics();
+    }
+    if let Some(g) = guard(&a).map_err(|e| e.to_string())? {
+        engine = engine.with_guard(g);
+    }
+    let settings = ServerConfig::default()
+        .max_connections(a.max_connections)
+        .reactors(a.reactors);
+    let io = |e: std::io::Error| e.to_string();
+    let mut server = Server::with_config(std::sync::Arc::new(engine), settings).map_err(io)?;
+    let mut lines = Vec::new();
+    if a.tcp != "off" {
+        let bound = server.listen_tcp(a.tcp.as_str()).map_err(io)?;
+        lines.push(format!("listening tcp {bound}"));
+    }
+    if a.http != "off" {
+        let bound = server.listen_http(a.http.as_str()).map_err(io)?;
+        lines.push(format!("listening http {bound}"));
+    }
+    if let Some(path) = &a.unix {
+        server.listen_unix(path).map_err(io)?;
+        lines.push(format!("listening unix {}", path.display()));
+    }
+    if let Some(addr) = &a.metrics {
+        let bound = server.listen_metrics(addr.as_str()).map_err(io)?;
+        lines.push(format!("listening metrics {bound}"));
+    }
+    server.shutdown_on_signals().map_err(io)?;
+    let mut out = std::io::stdout().lock();
+    for l in lines {
+        let _ = writeln!(out, "{l}");
+    }
+    let _ = out.flush();
+    drop(out);
+    let served = server.run().map_err(io);
+    // The server has answered what it received; only now may the upstreams go.
+    drop(proxy);
+    served
+}
+
+fn main() -> ExitCode {
+    match serve(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("proxy: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
