@@ -61,6 +61,7 @@ impl<'a> RawCtx<'a> {
     /// a container's as [`RawCtx::container_text`]; a scalar's runs from its first byte
     /// to the next structural character (the `,`, `}` or `]` after it, or the frame's
     /// end), less trailing whitespace. `None` if the indexes do not line up.
+    #[cfg_attr(not(feature = "proxy"), allow(dead_code))]
     pub(crate) fn value_text(&self, value: &'a [Node<'a>]) -> Option<&'a [u8]> {
         match value.first()? {
             Node::Array { .. } | Node::Object { .. } => self.container_text(value),

@@ -11,7 +11,7 @@ use std::time::Instant;
 use bytes::BytesMut;
 use mio::net::{TcpStream, UnixStream};
 
-use super::pending::Slot;
+use super::pending::{Pending, Slot};
 use crate::codec::LineDecoder;
 use crate::dispatch::context::Connection;
 use crate::guard::Session;
@@ -185,10 +185,11 @@ impl Conn {
     }
 
     /// Moves ready slots at the front of the queue into the output.
-    pub(crate) fn release_ready(&mut self) {
+    pub(crate) fn release_ready(&mut self, pending: &Pending) {
         while self.slots.front().is_some_and(|s| s.ready) {
             if let Some(slot) = self.slots.pop_front() {
                 self.out.extend_from_slice(&slot.buf);
+                pending.recycle(slot);
             }
         }
     }

@@ -192,6 +192,8 @@ pub(crate) struct Slot {
     /// The connection's key and generation, to submit queued elements when some expire.
     key: usize,
     generation: u64,
+    /// Timers set for this slot (one per distinct deadline of its calls).
+    timers: u32,
 }
 
 impl Slot {
@@ -214,6 +216,7 @@ impl Slot {
             identity: None,
             key: 0,
             generation: 0,
+            timers: 0,
         }
     }
 
@@ -346,12 +349,52 @@ impl Deferrals for Sink<'_> {
 
 /// A reactor's calls answered later: the pool it submits to, its completion queue and
 /// the deadlines of its slots.
+/// Buffers and element lists of slots already answered, kept for the next slots: a
+/// call answered later (pool, responder, proxy) allocates nothing in steady state.
+#[derive(Default)]
+pub(crate) struct Spares {
+    bufs: Vec<Vec<u8>>,
+    elems: Vec<Vec<Elem>>,
+}
+
+/// Slots' buffers kept per reactor (a burst of more answers allocates, then settles).
+const SPARE_SLOTS: usize = 256;
+/// Larger buffers are freed rather than kept: one huge answer must not pin memory.
+const SPARE_BUF_MAX: usize = 64 * 1024;
+
+impl Spares {
+    fn buf(&mut self) -> Vec<u8> {
+        self.bufs.pop().unwrap_or_default()
+    }
+
+    fn keep_buf(&mut self, mut buf: Vec<u8>) {
+        if buf.capacity() > 0 && buf.capacity() <= SPARE_BUF_MAX && self.bufs.len() < SPARE_SLOTS {
+            buf.clear();
+            self.bufs.push(buf);
+        }
+    }
+
+    fn keep_elems(&mut self, mut elems: Vec<Elem>) {
+        if elems.capacity() > 0 && elems.capacity() <= 1024 && self.elems.len() < SPARE_SLOTS {
+            elems.clear();
+            self.elems.push(elems);
+        }
+    }
+}
+
 pub(crate) struct Pending {
+    /// Reused buffers (a `RefCell`: the reactor's thread alone uses them, from methods
+    /// that otherwise only read).
+    spares: std::cell::RefCell<Spares>,
     pool: Arc<Pool>,
     reply_to: Arc<ReplyTo>,
     done: Receiver<Done>,
     /// (deadline, connection, generation, slot)
     timers: BinaryHeap<Reverse<(Instant, usize, u64, u64)>>,
+    /// Timers in `timers` whose slot was answered before them: they wait there until
+    /// their deadline, so under load they are most of the heap (30 s of calls); past
+    /// half of it the heap is compacted (see [`Pending::compact`]).
+    dead_timers: std::cell::Cell<usize>,
     /// The elements of the frame being answered (reused between frames).
     elems: Vec<Elem>,
     timeout: Option<Duration>,
@@ -383,10 +426,12 @@ impl Pending {
         let config = engine.config();
         let (reply_to, done) = ReplyTo::new(waker);
         Self {
+            spares: std::cell::RefCell::default(),
             pool,
             reply_to,
             done,
             timers: BinaryHeap::new(),
+            dead_timers: std::cell::Cell::new(0),
             elems: Vec::new(),
             timeout: config.request_timeout,
             batch_concurrency: settings.batch_concurrency,
@@ -395,6 +440,18 @@ impl Pending {
             local: engine.metrics().map(crate::metrics::Metrics::claim),
             access_log: engine.access_log().cloned(),
         }
+    }
+
+    /// An empty buffer for a slot's JSON (one a finished slot gave back, if any).
+    pub(crate) fn spare_buf(&self) -> Vec<u8> {
+        self.spares.borrow_mut().buf()
+    }
+
+    /// Takes back the buffers of a slot whose answer went into the output.
+    pub(crate) fn recycle(&self, slot: Slot) {
+        let mut spares = self.spares.borrow_mut();
+        spares.keep_buf(slot.buf);
+        spares.keep_elems(slot.elems);
     }
 
     /// This reactor's metrics shard, if metrics are on.
@@ -452,7 +509,8 @@ impl Pending {
         identity: Option<Arc<str>>,
         headers: &ServerHeaders,
     ) -> Slot {
-        let elems = std::mem::take(&mut self.elems);
+        let spare = self.spares.get_mut().elems.pop().unwrap_or_default();
+        let elems = std::mem::replace(&mut self.elems, spare);
         let has_pool = elems.iter().any(|e| matches!(e.work, Work::Pool(..)));
         let batch = match split {
             Split::Batch(b) => Some(b.moved_to(0)),
@@ -482,10 +540,11 @@ impl Pending {
             identity: identity.filter(|_| self.access_log.is_some()),
             key: conn,
             generation,
+            timers: 0,
         };
         self.submit(&mut slot, conn, generation);
         if slot.remaining == 0 {
-            finish(&mut slot, headers);
+            finish(&mut slot, headers, &mut self.spares.borrow_mut());
         } else {
             // Only calls still pending get a timer: the heap holds no dead entries for
             // calls answered at once (e.g. "server busy"). A frame's calls share one
@@ -494,6 +553,7 @@ impl Pending {
             for e in slot.elems.iter().filter(|e| e.state != ElemState::Done) {
                 if let Some(at) = e.deadline.filter(|&at| last != Some(at)) {
                     self.timers.push(Reverse((at, conn, generation, id)));
+                    slot.timers += 1;
                     last = Some(at);
                 }
             }
@@ -616,7 +676,9 @@ impl Pending {
         self.reply_to.recycle(done.reply);
         self.submit(s, conn, generation);
         if s.remaining == 0 {
-            finish(s, headers);
+            self.dead_timers
+                .set(self.dead_timers.get() + s.timers as usize);
+            finish(s, headers, &mut self.spares.borrow_mut());
         }
         Completed::Into { conn }
     }
@@ -630,6 +692,22 @@ impl Pending {
             }
             _ => None,
         }
+    }
+
+    /// Whether most timers belong to slots already answered (see
+    /// [`Pending::compact`]).
+    pub(crate) fn needs_compaction(&self) -> bool {
+        let dead = self.dead_timers.get();
+        dead >= 1024 && dead * 2 >= self.timers.len()
+    }
+
+    /// Drops the timers of slots no longer waiting (`waiting(conn, generation, slot)`
+    /// says which still are): linear in the heap, after at least as many answers, so
+    /// the heap stays within twice the calls in flight.
+    pub(crate) fn compact(&mut self, waiting: impl Fn(usize, u64, u64) -> bool) {
+        self.timers
+            .retain(|Reverse((_, conn, generation, slot))| waiting(*conn, *generation, *slot));
+        self.dead_timers.set(0);
     }
 
     /// The earliest deadline, if any.
@@ -681,7 +759,7 @@ impl Pending {
             self.submit(slot, slot.key, slot.generation);
         }
         if slot.remaining == 0 {
-            finish(slot, headers);
+            finish(slot, headers, &mut self.spares.borrow_mut());
         }
     }
 }
@@ -730,19 +808,27 @@ impl Pending {
 }
 
 /// All elements are done: frames the slot's final bytes for its transport.
-fn finish(slot: &mut Slot, headers: &ServerHeaders) {
+fn finish(slot: &mut Slot, headers: &ServerHeaders, spares: &mut Spares) {
     let mut json = std::mem::take(&mut slot.buf);
     if let Some(batch) = slot.batch.take() {
         // Only notifications: nothing at all, never `[]`.
         let _ = batch.finish(&mut json);
     }
-    let mut out = Vec::with_capacity(json.len() + 256);
-    match slot.http {
-        None if json.is_empty() => {}
-        None => {
-            out.extend_from_slice(&json);
-            out.push(b'\n');
+    if slot.http.is_none() {
+        // A line: the JSON itself, ended.
+        if !json.is_empty() {
+            json.push(b'\n');
         }
+        slot.buf = json;
+        slot.ready = true;
+        slot.frame = Bytes::new();
+        spares.keep_elems(std::mem::take(&mut slot.elems));
+        return;
+    }
+    let mut out = spares.buf();
+    out.reserve(json.len() + 256);
+    match slot.http {
+        None => {}
         Some(reply) if json.is_empty() => http::write_no_content(&mut out, reply, headers),
         Some(reply) => match &slot.trace {
             None => {
@@ -760,7 +846,8 @@ fn finish(slot: &mut Slot, headers: &ServerHeaders) {
     slot.buf = out;
     slot.ready = true;
     slot.frame = Bytes::new();
-    slot.elems = Vec::new();
+    spares.keep_buf(json);
+    spares.keep_elems(std::mem::take(&mut slot.elems));
 }
 
 #[cfg(test)]

@@ -851,7 +851,9 @@ fn answer(
         return;
     }
     // Answers to come: the JSON so far moves into a slot that waits for them.
-    let json = conn.out.split_off(body_at);
+    let mut json = ctx.pending.spare_buf();
+    json.extend_from_slice(&conn.out[body_at..]);
+    conn.out.truncate(body_at);
     if let Some((h, _)) = head {
         http::cancel_json_response(&mut conn.out, h);
     }
@@ -874,7 +876,7 @@ fn answer(
         &ctx.http,
     );
     conn.slots.push_back(slot);
-    conn.release_ready();
+    conn.release_ready(&ctx.pending);
 }
 
 /// Answers an HTTP request whose credentials the guard refused: 401 with
@@ -913,7 +915,7 @@ fn settle(
     let Some(conn) = conns.get_mut(key) else {
         return;
     };
-    conn.release_ready();
+    conn.release_ready(&ctx.pending);
     if drive(ctx, conn, key) {
         again.push((key, conn.generation));
     }
@@ -967,6 +969,14 @@ fn completions(
 
 /// Answers calls whose deadline has passed with `-32001 Request timed out`.
 fn expire(ctx: &mut Ctx, conns: &mut Slab<Conn>, poll: &mio::Poll, again: &mut Vec<(usize, u64)>) {
+    if ctx.pending.needs_compaction() {
+        ctx.pending.compact(|key, generation, slot| {
+            conns
+                .get(key)
+                .filter(|c| c.generation == generation)
+                .is_some_and(|c| c.slots.iter().any(|s| s.id == slot && !s.ready))
+        });
+    }
     let now = Instant::now();
     while let Some((key, generation, slot)) = ctx.pending.next_expired(now) {
         if let Some(s) = waiting_slot(conns, key, generation, slot) {

@@ -11,10 +11,14 @@ thread_local! {
     static ALLOCS: Cell<u64> = const { Cell::new(0) };
 }
 
+/// Allocations by every thread of the process.
+static ALL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 // SAFETY: forwards to the system allocator unchanged; it only counts calls.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         ALLOCS.with(|c| c.set(c.get() + 1));
+        ALL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
         unsafe { System.alloc(layout) }
     }
@@ -24,6 +28,7 @@ unsafe impl GlobalAlloc for Counting {
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         ALLOCS.with(|c| c.set(c.get() + 1));
+        ALL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: the caller upholds `GlobalAlloc::realloc`'s contract.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -32,4 +37,10 @@ unsafe impl GlobalAlloc for Counting {
 /// Allocations made so far by the calling thread.
 pub fn allocs() -> u64 {
     ALLOCS.with(Cell::get)
+}
+
+/// Allocations made so far by every thread of the process.
+#[allow(dead_code)]
+pub fn allocs_all() -> u64 {
+    ALL.load(std::sync::atomic::Ordering::Relaxed)
 }
