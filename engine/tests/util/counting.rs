@@ -35,6 +35,7 @@ unsafe impl GlobalAlloc for Counting {
 }
 
 /// Allocations made so far by the calling thread.
+#[allow(dead_code)]
 pub fn allocs() -> u64 {
     ALLOCS.with(Cell::get)
 }
