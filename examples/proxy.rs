@@ -35,6 +35,11 @@ struct Args {
     /// NAME; repeat it, first match wins. Others go to `default`, or the first group.
     #[arg(long, value_name = "PATTERN=NAME")]
     route: Vec<String>,
+    /// Methods matching PATTERN (an exact name, or a prefix and `*`) are idempotent:
+    /// resent to another upstream of their group when their connection fails; repeat
+    /// it. Other calls are written upstream at most once.
+    #[arg(long, value_name = "PATTERN")]
+    idempotent: Vec<String>,
     /// Connections to each upstream, shared by every client.
     #[arg(long, value_name = "N", default_value_t = 2)]
     connections: usize,
@@ -103,6 +108,9 @@ fn proxy(a: &Args) -> Result<Proxy, String> {
     for r in &a.route {
         let (pattern, name) = pair("route", r)?;
         b.route(pattern, name);
+    }
+    for pattern in &a.idempotent {
+        b.idempotent(pattern);
     }
     b.connections(a.connections)
         .timeout(Duration::from_millis(a.upstream_timeout_ms.max(1)))

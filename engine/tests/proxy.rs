@@ -482,3 +482,213 @@ fn bad_setups_are_refused_with_a_reason() {
     let e = b.start().unwrap_err();
     assert!(e.to_string().contains("nope"), "{e}");
 }
+
+/// A TCP relay in front of an upstream that the test can cut at any moment, as if the
+/// upstream's host died: every connection through it is shut down (requests and
+/// answers in flight are lost) and its listener closed (reconnects are refused).
+struct Relay {
+    addr: SocketAddr,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+    conns: Arc<std::sync::Mutex<Vec<TcpStream>>>,
+}
+
+impl Relay {
+    fn start(to: SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let conns = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (c, list) = (Arc::clone(&cut), Arc::clone(&conns));
+        std::thread::spawn(move || {
+            while !c.load(Ordering::SeqCst) {
+                let Ok((down, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                };
+                down.set_nonblocking(false).unwrap();
+                let up = TcpStream::connect(to).unwrap();
+                let mut l = list.lock().unwrap();
+                l.push(down.try_clone().unwrap());
+                l.push(up.try_clone().unwrap());
+                for (mut from, mut to) in [
+                    (down.try_clone().unwrap(), up.try_clone().unwrap()),
+                    (up, down),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+            // The listener is dropped here: connections are refused from now on.
+        });
+        Self { addr, cut, conns }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for s in self.conns.lock().unwrap().iter() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        // Let the accept loop see the flag and close the listener.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Executions of each `write` token, across upstreams.
+type Ledger = Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>;
+
+/// An upstream with `read` (idempotent: answers its params) and `write` (not
+/// idempotent: records its token in `ledger`). With `hold`, every call waits (on the
+/// pool) until `hold` is cleared, counting in `started` the calls that began.
+fn recording(
+    ledger: Ledger,
+    hold: Option<(Arc<std::sync::atomic::AtomicBool>, Arc<AtomicUsize>)>,
+) -> Engine {
+    let wait = move || {
+        if let Some((hold, started)) = &hold {
+            started.fetch_add(1, Ordering::SeqCst);
+            while hold.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    };
+    let w2 = wait.clone();
+    let mut m = Registry::builder();
+    m.blocking_method("read", move |p: Params<'_>| -> Result<Value, RpcError> {
+        wait();
+        p.parse::<Value>()
+    })
+    .unwrap()
+    .blocking_method("write", move |p: Params<'_>| -> Result<String, RpcError> {
+        w2();
+        let [token]: [String; 1] = p.parse()?;
+        *ledger.lock().unwrap().entry(token.clone()).or_default() += 1;
+        Ok(token)
+    })
+    .unwrap();
+    Engine::new(m.freeze(), Config::default())
+}
+
+/// An upstream dies with calls in flight: every idempotent call is answered (failed
+/// over to the other upstream), and no non-idempotent call runs twice.
+#[test]
+fn idempotent_calls_fail_over_and_others_never_run_twice() {
+    const CLIENTS: usize = 8;
+    const CHUNKS: usize = 10;
+    const PER_CHUNK: usize = 20;
+    let ledger: Ledger = Arc::default();
+    let hold = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let started = Arc::new(AtomicUsize::new(0));
+    let a = Served::start(
+        recording(
+            Arc::clone(&ledger),
+            Some((Arc::clone(&hold), Arc::clone(&started))),
+        ),
+        ServerConfig::default(),
+    );
+    let b = Served::start(
+        recording(Arc::clone(&ledger), None),
+        ServerConfig::default(),
+    );
+    let relay = Relay::start(a.tcp);
+    let mut builder = Proxy::builder();
+    builder
+        .upstream("default", &format!("tcp://{}", relay.addr))
+        .upstream("default", &format!("tcp://{}", b.tcp))
+        .idempotent("read")
+        .connections(2);
+    let proxy = builder.start().unwrap();
+    let front = served_proxy(&proxy, Config::default());
+
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let addr = front.tcp;
+            std::thread::spawn(move || {
+                let s = TcpStream::connect(addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut w = s;
+                // (read answers, write answers: token → ok)
+                let mut reads = Vec::new();
+                let mut writes = Vec::new();
+                for chunk in 0..CHUNKS {
+                    let mut out = String::new();
+                    for k in 0..PER_CHUNK {
+                        let n = chunk * PER_CHUNK + k;
+                        if n.is_multiple_of(2) {
+                            out.push_str(&format!(
+                                r#"{{"jsonrpc":"2.0","method":"read","params":{{"c":{c},"n":{n}}},"id":"r{n}"}}"#
+                            ));
+                        } else {
+                            out.push_str(&format!(
+                                r#"{{"jsonrpc":"2.0","method":"write","params":["t{c}-{n}"],"id":"w{n}"}}"#
+                            ));
+                        }
+                        out.push('\n');
+                    }
+                    w.write_all(out.as_bytes()).unwrap();
+                    for _ in 0..PER_CHUNK {
+                        let mut line = String::new();
+                        r.read_line(&mut line).unwrap();
+                        let v: Value = serde_json::from_str(&line).unwrap();
+                        let id = v["id"].as_str().unwrap().to_owned();
+                        let n: usize = id[1..].parse().unwrap();
+                        if id.starts_with('r') {
+                            reads.push((n, v));
+                        } else {
+                            writes.push((format!("t{c}-{n}"), v));
+                        }
+                    }
+                }
+                (c, reads, writes)
+            })
+        })
+        .collect();
+
+    // Calls are held at A: cut it once some are running there (more wait in its queue
+    // and on the connection).
+    for _ in 0..1000 {
+        if started.load(Ordering::SeqCst) >= 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(started.load(Ordering::SeqCst) >= 2, "no call reached A");
+    std::thread::sleep(Duration::from_millis(50));
+    relay.cut();
+    hold.store(false, Ordering::SeqCst);
+
+    let (mut failed_writes, mut ok_writes) = (0, 0);
+    for client in clients {
+        let (c, reads, writes) = client.join().unwrap();
+        assert_eq!(reads.len() + writes.len(), CHUNKS * PER_CHUNK);
+        for (n, v) in reads {
+            assert_eq!(v["result"], json!({"c": c, "n": n}), "read {n}: {v}");
+        }
+        for (token, v) in writes {
+            if v.get("result").is_some() {
+                assert_eq!(v["result"], token.as_str());
+                ok_writes += 1;
+            } else {
+                assert_eq!(error_of(&v), (-32000, "upstream_unavailable"), "{v}");
+                failed_writes += 1;
+            }
+        }
+    }
+    // A runs what it had queued once released: give it time, then count.
+    std::thread::sleep(Duration::from_millis(200));
+    let ledger = ledger.lock().unwrap();
+    let twice: Vec<_> = ledger.iter().filter(|(_, &n)| n > 1).collect();
+    assert!(twice.is_empty(), "writes run twice: {twice:?}");
+    assert!(
+        failed_writes > 0,
+        "no write was in flight at A when it died"
+    );
+    assert!(ok_writes > 0);
+    front.stop();
+    drop(proxy);
+    a.stop();
+    b.stop();
+}

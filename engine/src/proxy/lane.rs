@@ -35,6 +35,19 @@ pub(crate) struct Call {
     pub(crate) deadline: Instant,
     /// Where the answer goes: the client's call.
     pub(crate) responder: Responder,
+    /// For a call of an idempotent method: what it takes to send it again elsewhere.
+    pub(crate) retry: Option<Retry>,
+}
+
+/// An idempotent call's request, kept to resend it on another upstream of its group if
+/// its connection fails before the answer.
+pub(crate) struct Retry {
+    /// Its group (an index into the proxy's groups).
+    pub(crate) group: usize,
+    /// The request after its id: `"method":M,"params":P}` and the newline.
+    pub(crate) tail: Vec<u8>,
+    /// Times it was sent.
+    pub(crate) attempts: u8,
 }
 
 /// What [`Lane::queue`] guards.
@@ -45,7 +58,13 @@ pub(crate) struct Queue {
     pub(crate) calls: Slab<Call>,
     /// Counts calls, for the high bits of ids.
     seq: u64,
+    /// Buffers for idempotent calls' requests, given back when they are answered.
+    tails: Vec<Vec<u8>>,
 }
+
+/// Request buffers kept per lane at most, and the largest kept.
+const SPARE_TAILS: usize = 1024;
+const SPARE_TAIL_MAX: usize = 64 * 1024;
 
 impl Queue {
     /// The private id for the next call, whose key will be `calls.vacant_key()`.
@@ -55,21 +74,57 @@ impl Queue {
     }
 
     /// Parks `responder` under `id` (from [`Queue::next_id`], nothing inserted since).
-    pub(crate) fn park(&mut self, id: u64, deadline: Instant, responder: Responder) {
+    pub(crate) fn park(
+        &mut self,
+        id: u64,
+        deadline: Instant,
+        responder: Responder,
+        retry: Option<Retry>,
+    ) {
         self.calls.insert(Call {
             id,
             deadline,
             responder,
+            retry,
         });
     }
 
-    /// Takes back the call sent with `id`, if it still waits.
+    /// Takes back the call sent with `id`, if it still waits; its request buffer, if
+    /// it kept one, goes back to the spares (it is answered: no resending).
     pub(crate) fn take(&mut self, id: u64) -> Option<Call> {
         let key = (id & ((1 << KEY_BITS) - 1)) as usize;
         match self.calls.get(key) {
-            Some(call) if call.id == id => Some(self.calls.remove(key)),
+            Some(call) if call.id == id => {
+                let mut call = self.calls.remove(key);
+                if let Some(r) = call.retry.take() {
+                    self.keep_tail(r.tail);
+                }
+                Some(call)
+            }
             _ => None,
         }
+    }
+
+    /// An empty buffer for an idempotent call's request.
+    pub(crate) fn tail(&mut self) -> Vec<u8> {
+        self.tails.pop().unwrap_or_default()
+    }
+
+    /// Gives a request buffer back.
+    pub(crate) fn keep_tail(&mut self, mut tail: Vec<u8>) {
+        if tail.capacity() <= SPARE_TAIL_MAX && self.tails.len() < SPARE_TAILS {
+            tail.clear();
+            self.tails.push(tail);
+        }
+    }
+
+    /// Appends `{"jsonrpc":"2.0","id":ID,` and `tail`: a request to write.
+    pub(crate) fn write(&mut self, id: u64, tail: &[u8]) {
+        self.out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+        self.out
+            .extend_from_slice(itoa::Buffer::new().format(id).as_bytes());
+        self.out.push(b',');
+        self.out.extend_from_slice(tail);
     }
 }
 
@@ -96,6 +151,7 @@ impl Lane {
                 out: Vec::with_capacity(64 * 1024),
                 calls: Slab::with_capacity(1024),
                 seq: 0,
+                tails: Vec::new(),
             }),
             has_out: AtomicBool::new(false),
             outstanding: AtomicUsize::new(0),
@@ -131,7 +187,11 @@ impl Lane {
                 .map(|(k, _)| k),
         );
         for &k in keys.iter() {
-            into.push(q.calls.remove(k));
+            let mut call = q.calls.remove(k);
+            if let Some(r) = call.retry.take() {
+                q.keep_tail(r.tail);
+            }
+            into.push(call);
         }
         drop(q);
         self.outstanding.fetch_sub(keys.len(), Ordering::Relaxed);
@@ -160,16 +220,16 @@ mod tests {
         let now = Instant::now();
         let mut q = lane.lock();
         let a = q.next_id();
-        q.park(a, now, Responder::detached());
+        q.park(a, now, Responder::detached(), None);
         let b = q.next_id();
-        q.park(b, now, Responder::detached());
+        q.park(b, now, Responder::detached(), None);
         assert_ne!(a, b);
         assert!(a < 1 << 53 && b < 1 << 53);
         assert!(q.take(a).is_some());
         assert!(q.take(a).is_none(), "answered twice");
         // The freed key is reused under a new id: the old id still does not match.
         let c = q.next_id();
-        q.park(c, now, Responder::detached());
+        q.park(c, now, Responder::detached(), None);
         assert_eq!(c & ((1 << KEY_BITS) - 1), a & ((1 << KEY_BITS) - 1));
         assert!(q.take(a).is_none());
         assert!(q.take(c).is_some());

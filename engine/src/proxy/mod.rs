@@ -65,7 +65,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use self::lane::{Lane, MAX_CALLS};
+use self::lane::{Call, Lane, Retry, MAX_CALLS};
 use self::route::{Pattern, Rules};
 use crate::client::address::Address;
 use crate::codec::Params;
@@ -126,6 +126,8 @@ pub(crate) struct Shared {
     pub(crate) lanes: Vec<Lane>,
     groups: Vec<Group>,
     routes: Rules<usize>,
+    /// Methods that may be sent again after a failure (`--idempotent`).
+    idempotent: Rules<()>,
     /// Where methods no route matches go.
     default_group: usize,
     timeout: Duration,
@@ -139,8 +141,8 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The up lane of `group` with the fewest calls outstanding.
-    fn pick(&self, group: &Group) -> Option<usize> {
+    /// The up lane of `group` (other than `except`) with the fewest calls outstanding.
+    fn pick(&self, group: &Group, except: Option<usize>) -> Option<usize> {
         let n = group.lanes.len();
         let start = group.next.fetch_add(1, Ordering::Relaxed);
         let mut best = None;
@@ -148,7 +150,7 @@ impl Shared {
         for k in 0..n {
             let i = group.lanes[(start + k) % n];
             let lane = &self.lanes[i];
-            if !lane.up.load(Ordering::Acquire) {
+            if !lane.up.load(Ordering::Acquire) || except == Some(i) {
                 continue;
             }
             let outstanding = lane.outstanding.load(Ordering::Relaxed);
@@ -162,8 +164,9 @@ impl Shared {
     /// Forwards one call (see [`Proxy::forward`]).
     fn forward(&self, ctx: &Context<'_>, params: Params<'_>, responder: Responder) {
         let method = ctx.method();
-        let group = &self.groups[self.routes.find(method).unwrap_or(self.default_group)];
-        let Some(i) = self.pick(group) else {
+        let g = self.routes.find(method).unwrap_or(self.default_group);
+        let group = &self.groups[g];
+        let Some(i) = self.pick(group, None) else {
             return responder.error(RpcError::new(
                 Reason::UpstreamUnavailable,
                 format!(
@@ -173,51 +176,92 @@ impl Shared {
             ));
         };
         let lane = &self.lanes[i];
-        let notification = responder.is_notification();
-        let mut parked = Some(responder);
+        if responder.is_notification() {
+            {
+                let mut q = lane.lock();
+                q.out.extend_from_slice(br#"{"jsonrpc":"2.0","#);
+                write_tail(&mut q.out, method, &params);
+                lane.has_out.store(true, Ordering::SeqCst);
+            }
+            self.wake();
+            // Its answer is dropped; its hooks see success.
+            return responder.respond_raw(b"null");
+        }
+        let idempotent = self.idempotent.find(method).is_some();
         {
             let mut q = lane.lock();
-            if !notification && q.calls.len() >= MAX_CALLS {
+            if q.calls.len() >= MAX_CALLS {
                 drop(q);
-                if let Some(r) = parked {
-                    r.error(RpcError::new(
-                        Reason::ServerBusy,
-                        "Server busy: too many calls in flight on the upstream connection",
-                    ));
-                }
-                return;
+                return responder.error(RpcError::new(
+                    Reason::ServerBusy,
+                    "Server busy: too many calls in flight on the upstream connection",
+                ));
             }
-            let id = (!notification).then(|| q.next_id());
-            write_request(&mut q.out, id, method, &params);
-            if let (Some(id), Some(r)) = (id, parked.take_if(|_| !notification)) {
-                let now = Instant::now();
-                let until = now + self.timeout;
-                let deadline = ctx.deadline().map_or(until, |d| d.min(until));
-                q.park(id, deadline, r);
-                lane.outstanding.fetch_add(1, Ordering::Relaxed);
-            }
+            let id = q.next_id();
+            let retry = if idempotent {
+                let mut tail = q.tail();
+                write_tail(&mut tail, method, &params);
+                q.write(id, &tail);
+                Some(Retry {
+                    group: g,
+                    tail,
+                    attempts: 1,
+                })
+            } else {
+                q.write(id, b"");
+                write_tail(&mut q.out, method, &params);
+                None
+            };
+            let until = Instant::now() + self.timeout;
+            let deadline = ctx.deadline().map_or(until, |d| d.min(until));
+            q.park(id, deadline, responder, retry);
+            lane.outstanding.fetch_add(1, Ordering::Relaxed);
             lane.has_out.store(true, Ordering::SeqCst);
         }
+        self.wake();
+    }
+
+    /// Wakes the upstream thread, unless a forward since it last looked did.
+    fn wake(&self) {
         if !self.woken.swap(true, Ordering::SeqCst) {
             let _ = self.waker.wake();
         }
-        // A notification's responder: its answer is dropped; its hooks see success.
-        if let Some(r) = parked {
-            r.respond_raw(b"null");
-        }
+    }
+
+    /// Sends `call` again on another connected upstream connection of its group than
+    /// `failed` (the upstream thread does this when `failed` is lost). Gives the call
+    /// back (`Some`) when it may not be resent: not idempotent, sent 3 times already,
+    /// or no other connection of its group is up.
+    pub(crate) fn resend(&self, mut call: Call, failed: usize) -> Option<Call> {
+        let Some(mut retry) = call.retry.take() else {
+            return Some(call);
+        };
+        let lane = match self.pick(&self.groups[retry.group], Some(failed)) {
+            Some(i) if retry.attempts < MAX_ATTEMPTS => &self.lanes[i],
+            _ => {
+                call.retry = Some(retry);
+                return Some(call);
+            }
+        };
+        retry.attempts += 1;
+        let mut q = lane.lock();
+        let id = q.next_id();
+        q.write(id, &retry.tail);
+        q.park(id, call.deadline, call.responder, Some(retry));
+        lane.outstanding.fetch_add(1, Ordering::Relaxed);
+        lane.has_out.store(true, Ordering::SeqCst);
+        None
     }
 }
 
-/// Appends `{"jsonrpc":"2.0","id":ID,"method":M,"params":P}\n`: the params' original
-/// text, with any newline in it (only possible as whitespace between tokens) turned
-/// into a space so the request stays one line.
-fn write_request(out: &mut Vec<u8>, id: Option<u64>, method: &str, params: &Params<'_>) {
-    out.extend_from_slice(br#"{"jsonrpc":"2.0","#);
-    if let Some(id) = id {
-        out.extend_from_slice(br#""id":"#);
-        out.extend_from_slice(itoa::Buffer::new().format(id).as_bytes());
-        out.push(b',');
-    }
+/// Times an idempotent call is sent at most (the first time included).
+const MAX_ATTEMPTS: u8 = 3;
+
+/// Appends `"method":M,"params":P}` and a newline: the request after its id (or after
+/// `{"jsonrpc":"2.0",` for a notification). The params are their original text, with
+/// any newline in it (only possible as whitespace between tokens) turned into a space
+/// so the request stays one line.
+fn write_tail(out: &mut Vec<u8>, method: &str, params: &Params<'_>) {
     out.extend_from_slice(br#""method":"#);
     write_str(out, method);
     match (params.raw_json(), params.nodes()) {
@@ -245,6 +289,7 @@ fn write_request(out: &mut Vec<u8>, id: Option<u64>, method: &str, params: &Para
 pub struct ProxyBuilder {
     upstreams: Vec<(String, String)>,
     routes: Vec<(String, String)>,
+    idempotent: Vec<String>,
     connections: usize,
     timeout: Duration,
     max_answer_bytes: usize,
@@ -264,6 +309,15 @@ impl ProxyBuilder {
     /// matches goes to the group named `default`, or else to the first group added.
     pub fn route(&mut self, pattern: &str, group: &str) -> &mut Self {
         self.routes.push((pattern.to_owned(), group.to_owned()));
+        self
+    }
+
+    /// Declares the methods matching `pattern` (an exact name, or a prefix and `*`)
+    /// idempotent: when the upstream connection such a call was sent on fails before
+    /// its answer, the call is sent again on another connected upstream of its group
+    /// (at most 3 times in all). Any other call is written upstream at most once.
+    pub fn idempotent(&mut self, pattern: &str) -> &mut Self {
+        self.idempotent.push(pattern.to_owned());
         self
     }
 
@@ -355,6 +409,7 @@ impl ProxyBuilder {
             lanes,
             groups,
             routes: Rules::new(rules),
+            idempotent: Rules::new(self.idempotent.iter().map(|p| (Pattern::parse(p), ()))),
             default_group,
             timeout: self.timeout,
             max_answer_bytes: self.max_answer_bytes,
@@ -404,6 +459,7 @@ impl Proxy {
         ProxyBuilder {
             upstreams: Vec::new(),
             routes: Vec::new(),
+            idempotent: Vec::new(),
             connections: 2,
             timeout: Duration::from_secs(30),
             max_answer_bytes: crate::config::defaults::DEFAULT_MAX_RESPONSE_BYTES,

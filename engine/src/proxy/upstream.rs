@@ -141,6 +141,8 @@ struct Upstreams {
     calls: Vec<Call>,
     keys: Vec<usize>,
     last_sweep: Instant,
+    /// Calls were resent onto other lanes since their bytes were last taken.
+    resent: bool,
 }
 
 /// Runs the upstream thread until the proxy stops.
@@ -166,6 +168,7 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Poll) {
         calls: Vec::new(),
         keys: Vec::new(),
         last_sweep: Instant::now(),
+        resent: false,
     };
     for i in 0..up.links.len() {
         up.connect(i);
@@ -195,7 +198,13 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Poll) {
                 up.on_readable(i);
             }
         }
-        up.take_queued();
+        // Calls resent from a failed connection are written in the same turn.
+        loop {
+            up.take_queued();
+            if !std::mem::take(&mut up.resent) {
+                break;
+            }
+        }
         let now = Instant::now();
         if now.duration_since(up.last_sweep) >= TICK {
             up.last_sweep = now;
@@ -204,7 +213,7 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Poll) {
     }
     // Stopping: nothing more will be answered from upstream.
     for i in 0..up.links.len() {
-        up.fail(i, "the proxy is stopping");
+        up.fail(i, "the proxy is stopping", false);
     }
 }
 
@@ -313,7 +322,7 @@ impl Upstreams {
             if matches!(link.state, State::Down(_)) {
                 // Queued between the connection's loss and the lane's marking: fail
                 // them now rather than at the next attempt.
-                self.fail(i, "the connection is down");
+                self.fail(i, "the connection is down", true);
                 continue;
             }
             {
@@ -396,18 +405,33 @@ impl Upstreams {
         link.wbuf.clear();
         link.written = 0;
         self.lane(i).up.store(false, Ordering::Release);
-        self.fail(i, &why);
+        self.fail(i, &why, true);
     }
 
-    /// Answers every call waiting on link `i` with `upstream_unavailable`.
-    fn fail(&mut self, i: usize, why: &str) {
-        self.shared.lanes[i].drain(&mut self.calls);
-        for call in self.calls.drain(..) {
+    /// Takes every call waiting on link `i`: with `resend`, idempotent ones go to
+    /// another upstream of their group if one is up; the rest are answered
+    /// `upstream_unavailable`.
+    fn fail(&mut self, i: usize, why: &str, resend: bool) {
+        let mut calls = std::mem::take(&mut self.calls);
+        self.shared.lanes[i].drain(&mut calls);
+        for call in calls.drain(..) {
+            let call = if resend {
+                match self.shared.resend(call, i) {
+                    None => {
+                        self.resent = true;
+                        continue;
+                    }
+                    Some(call) => call,
+                }
+            } else {
+                call
+            };
             call.responder.error(RpcError::new(
                 Reason::UpstreamUnavailable,
                 format!("Server busy: {why}"),
             ));
         }
+        self.calls = calls;
     }
 
     /// Times out calls past their deadline, and reconnects links whose backoff is over.
