@@ -590,6 +590,7 @@ impl Engine {
                         Answer::Nothing => batch.discard(out, mark),
                         Answer::Later => {
                             batch.discard(out, mark);
+                            defer.placed(batch.offset(out));
                             later += 1;
                         }
                     }
@@ -1223,6 +1224,11 @@ pub(crate) trait Deferrals {
     /// `metric` the engine answered itself (every call, batch element, and frame
     /// answered with an error as a whole).
     fn outcome(&mut self, metric: u32, code: Option<i32>);
+
+    /// The batch element just left for later (through `blocking` or `responder`; a
+    /// notification's too) belongs at offset `at` of the batch's array, so its answer
+    /// can be put in its place. Only where answers are assembled later (the server).
+    fn placed(&mut self, _at: usize) {}
     /// Where this frame's batches and events are counted, if metrics are on.
     fn local(&self) -> Option<&Local>;
     /// A batch of `len` elements.

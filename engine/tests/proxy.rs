@@ -52,18 +52,6 @@ fn tcp_answers(addr: SocketAddr, frame: &str) -> Vec<Value> {
     }
 }
 
-/// An answer with a batch's elements in a canonical order (by their text), so answers
-/// compare as multisets of elements.
-fn canonical(v: Value) -> Value {
-    match v {
-        Value::Array(mut a) => {
-            a.sort_by_key(Value::to_string);
-            Value::Array(a)
-        }
-        other => other,
-    }
-}
-
 /// Frames covering the specification's examples, the common mistakes, exotic ids,
 /// notifications, errors with data, and batches of every kind.
 fn corpus() -> Vec<String> {
@@ -137,27 +125,43 @@ fn corpus() -> Vec<String> {
 #[test]
 fn answers_through_the_proxy_are_the_answers_direct() {
     let upstream = Served::start(demo::engine(Config::default()), ServerConfig::default());
-    let proxy = builder_to(&upstream).start().unwrap();
-    let front = served_proxy(&proxy, Config::default());
+    for url in [
+        format!("tcp://{}", upstream.tcp),
+        format!("http://{}/", upstream.http),
+        format!("unix://{}", upstream.unix.display()),
+    ] {
+        let mut b = Proxy::builder();
+        b.upstream("default", &url);
+        let proxy = b.start().unwrap();
+        same_answers(&upstream, &proxy);
+        drop(proxy);
+    }
+    upstream.stop();
+}
+
+fn same_answers(upstream: &Served, proxy: &Proxy) {
+    let front = served_proxy(proxy, Config::default());
     for frame in corpus() {
-        let direct: Vec<Value> = tcp_answers(upstream.tcp, &frame)
-            .into_iter()
-            .map(canonical)
-            .collect();
-        let proxied: Vec<Value> = tcp_answers(front.tcp, &frame)
-            .into_iter()
-            .map(canonical)
-            .collect();
+        let direct = tcp_answers(upstream.tcp, &frame);
+        let proxied = tcp_answers(front.tcp, &frame);
         assert_eq!(proxied, direct, "tcp: {frame:.300}");
+        // A batch's answers come in its order, whichever were answered later.
+        if let (Ok(Value::Array(sent)), Some(Value::Array(got))) =
+            (serde_json::from_str::<Value>(&frame), proxied.first())
+        {
+            let want: Vec<&Value> = sent
+                .iter()
+                .filter(|e| e.get("id").is_some() || e.get("method").is_none())
+                .map(|e| e.get("id").unwrap_or(&Value::Null))
+                .collect();
+            let got: Vec<&Value> = got.iter().map(|a| &a["id"]).collect();
+            assert_eq!(got, want, "order: {frame:.300}");
+        }
 
         let direct = util::http::post_raw(upstream.http, &[], frame.as_bytes());
         let proxied = util::http::post_raw(front.http, &[], frame.as_bytes());
         assert_eq!(proxied.status, direct.status, "http: {frame:.300}");
-        assert_eq!(
-            canonical(proxied.body),
-            canonical(direct.body),
-            "http: {frame:.300}"
-        );
+        assert_eq!(proxied.body, direct.body, "http: {frame:.300}");
     }
     // Over HTTP a body may span lines: the forwarded request stays one line.
     let pretty = "{\n  \"jsonrpc\": \"2.0\",\n  \"method\": \"echo\",\n  \"params\": {\n    \"a\": [1,\r\n 2]\n  },\n  \"id\": 1\n}";
@@ -167,8 +171,6 @@ fn answers_through_the_proxy_are_the_answers_direct() {
         json!({"jsonrpc": "2.0", "id": 1, "result": {"a": [1, 2]}})
     );
     front.stop();
-    drop(proxy);
-    upstream.stop();
 }
 
 /// Each of 32 clients pipelines calls that all use id 1 (and batches of three calls
@@ -210,11 +212,10 @@ fn colliding_ids_never_cross() {
                     r.read_line(&mut line).unwrap();
                     let v: Value = serde_json::from_str(&line).unwrap();
                     let ok = if k % 10 == 9 {
-                        let mut got: Vec<Value> = v
+                        let got: Vec<Value> = v
                             .as_array()
                             .map(|a| a.iter().map(|e| e["result"].clone()).collect())
                             .unwrap_or_default();
-                        got.sort_by_key(Value::to_string);
                         got == [json!([c, k, 0]), json!([c, k, 1]), json!([c, k, 2])]
                     } else {
                         v["id"] == 1 && v["result"] == json!([c, k])
@@ -416,8 +417,7 @@ fn upstream_failures_are_answered_and_the_proxy_lives() {
         front.tcp,
         r#"[{"jsonrpc":"2.0","method":"refused_x","id":1},{"jsonrpc":"2.0","method":"add","params":[2,2],"id":2}]"#,
     );
-    let mut elements = a[0].as_array().unwrap().clone();
-    elements.sort_by_key(|e| e["id"].as_i64());
+    let elements = a[0].as_array().unwrap();
     assert_eq!(error_of(&elements[0]), (-32000, "upstream_unavailable"));
     assert_eq!(elements[1]["result"], 4);
 
@@ -691,4 +691,123 @@ fn idempotent_calls_fail_over_and_others_never_run_twice() {
     drop(proxy);
     a.stop();
     b.stop();
+}
+
+/// A fake HTTP/1.1 upstream: for each request (its number on the connection and its
+/// body), `answer` gives the status line's code, the body, and whether to close.
+fn fake_http(answer: fn(usize, &Value) -> (u16, String, bool)) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { return };
+            std::thread::spawn(move || {
+                let mut w = conn.try_clone().unwrap();
+                let mut r = BufReader::new(conn);
+                for n in 0.. {
+                    let mut length = 0;
+                    loop {
+                        let mut line = String::new();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let lower = line.to_ascii_lowercase();
+                        if let Some(v) = lower.strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap();
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    std::io::Read::read_exact(&mut r, &mut body).unwrap();
+                    let request: Value = serde_json::from_slice(&body).unwrap();
+                    let (status, reply, close) = answer(n, &request);
+                    let head = format!(
+                        "HTTP/1.1 {status} X\r\nContent-Length: {}\r\n{}\r\n",
+                        reply.len(),
+                        if close { "Connection: close\r\n" } else { "" }
+                    );
+                    if w.write_all(format!("{head}{reply}").as_bytes()).is_err() || close {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn http_upstreams_statuses_and_closes() {
+    // The first request on each connection: a 502 with an HTML page; then answers with
+    // the request's id; every third answer closes the connection.
+    let odd = fake_http(|n, req| {
+        if n == 0 {
+            return (502, "<html>bad gateway</html>".into(), false);
+        }
+        let body = json!({"jsonrpc": "2.0", "id": req["id"], "result": req["params"]});
+        (200, body.to_string(), n % 3 == 2)
+    });
+    // A guarded server: its 401 carries a JSON-RPC error, relayed as it came.
+    let guarded = {
+        let keys =
+            std::env::temp_dir().join(format!("ringrpc-proxy-keys-{}.toml", std::process::id()));
+        std::fs::write(
+            &keys,
+            "[[key]]\nname = \"a\"\ntoken = \"t0ken\"\nallow = [\"*\"]\n",
+        )
+        .unwrap();
+        let guard = ringrpc::guard::Guard::new().with_key_file(&keys).unwrap();
+        Served::start(
+            demo::engine(Config::default()).with_guard(guard),
+            ServerConfig::default(),
+        )
+    };
+    let mut b = Proxy::builder();
+    b.upstream("default", &format!("http://{odd}/rpc"))
+        .upstream("guarded", &format!("http://{}/", guarded.http))
+        .route("g_*", "guarded")
+        .connections(1);
+    let proxy = b.start().unwrap();
+    let front = served_proxy(&proxy, Config::default());
+    let call = |method: &str, id: i64| {
+        tcp_answers(
+            front.tcp,
+            &format!(r#"{{"jsonrpc":"2.0","method":"{method}","params":[{id}],"id":{id}}}"#),
+        )
+        .remove(0)
+    };
+    let first = call("x", 1);
+    assert_eq!(
+        error_of(&first),
+        (-32000, "upstream_unavailable"),
+        "{first}"
+    );
+    assert!(
+        first["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("HTTP 502"),
+        "{first}"
+    );
+    // The same connection goes on, through closes and reconnects (each new
+    // connection's first answer is a 502 again).
+    let mut ok = 0;
+    for id in 2..40 {
+        let a = call("x", id);
+        if a.get("result").is_some() {
+            assert_eq!((&a["id"], &a["result"]), (&json!(id), &json!([id])), "{a}");
+            ok += 1;
+        } else {
+            assert_eq!(error_of(&a), (-32000, "upstream_unavailable"), "{a}");
+        }
+    }
+    assert!(ok >= 20, "{ok} answered");
+    let denied = call("g_sum", 7);
+    assert_eq!(denied["error"]["code"], -32040, "{denied}");
+    assert_eq!(denied["id"], 7, "{denied}");
+    front.stop();
+    drop(proxy);
+    guarded.stop();
 }

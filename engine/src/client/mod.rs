@@ -64,7 +64,7 @@ mod conn;
 mod error;
 #[cfg(feature = "fuzzing")]
 pub(crate) mod fuzzing;
-mod http;
+pub(crate) mod http;
 
 pub use batch::{Batch, BatchKey, BatchReply};
 pub use error::{Error, ServerError, Violation};

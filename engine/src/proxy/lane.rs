@@ -9,6 +9,7 @@
 //!             call back by its id, completes its Responder (outside the lock)
 //! ```
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
@@ -60,6 +61,21 @@ pub(crate) struct Queue {
     seq: u64,
     /// Buffers for idempotent calls' requests, given back when they are answered.
     tails: Vec<Vec<u8>>,
+    /// HTTP upstreams: the request head up to its `Content-Length` value.
+    http_head: Option<Box<[u8]>>,
+    /// HTTP upstreams: the private ids of the requests written, in order (0 for a
+    /// notification): HTTP/1.1 answers come in that order, whatever their bodies say.
+    pub(crate) fifo: VecDeque<u64>,
+}
+
+/// Room for the `Content-Length` value, filled in once the body is written (digits,
+/// then spaces: trailing whitespace around a field value is optional whitespace).
+const LENGTH_FIELD: usize = 10;
+
+/// Where a request being written started, for [`Queue::end`].
+pub(crate) struct Mark {
+    /// HTTP: where the `Content-Length` value and the body start.
+    http: Option<(usize, usize)>,
 }
 
 /// Request buffers kept per lane at most, and the largest kept.
@@ -118,13 +134,49 @@ impl Queue {
         }
     }
 
-    /// Appends `{"jsonrpc":"2.0","id":ID,` and `tail`: a request to write.
+    /// Starts a request: the HTTP head (for an HTTP upstream) and `{"jsonrpc":"2.0",`
+    /// with `"id":ID,` unless it is a notification. The rest (see `write_tail`) follows
+    /// in `out`, then [`Queue::end`].
+    pub(crate) fn begin(&mut self, id: Option<u64>) -> Mark {
+        let http = self.http_head.as_deref().map(|head| {
+            self.out.extend_from_slice(head);
+            let length = self.out.len();
+            self.out.extend_from_slice(&[b' '; LENGTH_FIELD]);
+            self.out.extend_from_slice(b"\r\n\r\n");
+            (length, self.out.len())
+        });
+        if http.is_some() {
+            self.fifo.push_back(id.unwrap_or(0));
+        }
+        self.out.extend_from_slice(br#"{"jsonrpc":"2.0","#);
+        if let Some(id) = id {
+            self.out.extend_from_slice(br#""id":"#);
+            self.out
+                .extend_from_slice(itoa::Buffer::new().format(id).as_bytes());
+            self.out.push(b',');
+        }
+        Mark { http }
+    }
+
+    /// Ends the request begun at `mark` (whose tail ends with a newline): over HTTP the
+    /// newline goes and the body's length is filled in.
+    pub(crate) fn end(&mut self, mark: Mark) {
+        if let Some((length, body)) = mark.http {
+            if self.out.last() == Some(&b'\n') {
+                self.out.pop();
+            }
+            let mut digits = itoa::Buffer::new();
+            let n = digits.format(self.out.len() - body).as_bytes();
+            self.out[length..length + n.len()].copy_from_slice(n);
+        }
+    }
+
+    /// Writes a whole request for `id` whose tail (from `"method"` on, with its
+    /// newline) is `tail`.
     pub(crate) fn write(&mut self, id: u64, tail: &[u8]) {
-        self.out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
-        self.out
-            .extend_from_slice(itoa::Buffer::new().format(id).as_bytes());
-        self.out.push(b',');
+        let mark = self.begin(Some(id));
         self.out.extend_from_slice(tail);
+        self.end(mark);
     }
 }
 
@@ -143,8 +195,9 @@ pub(crate) struct Lane {
 }
 
 impl Lane {
-    /// A lane to upstream `upstream`, up (its first connection is being made).
-    pub(crate) fn new(upstream: usize) -> Self {
+    /// A lane to upstream `upstream`, up (its first connection is being made); for an
+    /// HTTP upstream, `http_head` is its request head up to the `Content-Length` value.
+    pub(crate) fn new(upstream: usize, http_head: Option<Box<[u8]>>) -> Self {
         Self {
             upstream,
             queue: Mutex::new(Queue {
@@ -152,6 +205,8 @@ impl Lane {
                 calls: Slab::with_capacity(1024),
                 seq: 0,
                 tails: Vec::new(),
+                http_head,
+                fifo: VecDeque::new(),
             }),
             has_out: AtomicBool::new(false),
             outstanding: AtomicUsize::new(0),
@@ -202,6 +257,7 @@ impl Lane {
     pub(crate) fn drain(&self, into: &mut Vec<Call>) {
         let mut q = self.lock();
         q.out.clear();
+        q.fifo.clear();
         let n = q.calls.len();
         into.extend(q.calls.drain());
         drop(q);
@@ -216,7 +272,7 @@ mod tests {
 
     #[test]
     fn ids_name_their_call_once() {
-        let lane = Lane::new(0);
+        let lane = Lane::new(0, None);
         let now = Instant::now();
         let mut q = lane.lock();
         let a = q.next_id();

@@ -179,8 +179,9 @@ impl Shared {
         if responder.is_notification() {
             {
                 let mut q = lane.lock();
-                q.out.extend_from_slice(br#"{"jsonrpc":"2.0","#);
+                let mark = q.begin(None);
                 write_tail(&mut q.out, method, &params);
+                q.end(mark);
                 lane.has_out.store(true, Ordering::SeqCst);
             }
             self.wake();
@@ -208,8 +209,9 @@ impl Shared {
                     attempts: 1,
                 })
             } else {
-                q.write(id, b"");
+                let mark = q.begin(Some(id));
                 write_tail(&mut q.out, method, &params);
+                q.end(mark);
                 None
             };
             let until = Instant::now() + self.timeout;
@@ -228,15 +230,16 @@ impl Shared {
         }
     }
 
-    /// Sends `call` again on another connected upstream connection of its group than
-    /// `failed` (the upstream thread does this when `failed` is lost). Gives the call
-    /// back (`Some`) when it may not be resent: not idempotent, sent 3 times already,
-    /// or no other connection of its group is up.
-    pub(crate) fn resend(&self, mut call: Call, failed: usize) -> Option<Call> {
+    /// Sends `call` again on a connected upstream connection of its group other than
+    /// `failed` (the upstream thread does this when a connection is lost; `None`: the
+    /// lost connection is being remade and may take it too). Gives the call back
+    /// (`Some`) when it may not be resent: not idempotent, sent 3 times already, or no
+    /// connection of its group is up.
+    pub(crate) fn resend(&self, mut call: Call, failed: Option<usize>) -> Option<Call> {
         let Some(mut retry) = call.retry.take() else {
             return Some(call);
         };
-        let lane = match self.pick(&self.groups[retry.group], Some(failed)) {
+        let lane = match self.pick(&self.groups[retry.group], failed) {
             Some(i) if retry.attempts < MAX_ATTEMPTS => &self.lanes[i],
             _ => {
                 call.retry = Some(retry);
@@ -296,8 +299,9 @@ pub struct ProxyBuilder {
 }
 
 impl ProxyBuilder {
-    /// Adds the upstream at `url` (`tcp://host:port` or `unix:///path`, newline-delimited
-    /// JSON) to group `group`. Upstreams of one group share its calls, each call going
+    /// Adds the upstream at `url` to group `group`: `tcp://host:port` or
+    /// `unix:///path` (newline-delimited JSON), or `http://host[:port][/path]` (HTTP/1.1
+    /// keep-alive, requests pipelined). Upstreams of one group share its calls, each call going
     /// to the connection with the fewest calls outstanding.
     pub fn upstream(&mut self, group: &str, url: &str) -> &mut Self {
         self.upstreams.push((group.to_owned(), url.to_owned()));
@@ -361,12 +365,18 @@ impl ProxyBuilder {
                 url: url.clone(),
                 reason: e.to_string(),
             })?;
-            if matches!(address, Address::Http { .. }) {
-                return Err(ProxyError::Address {
-                    url: url.clone(),
-                    reason: "http:// upstreams are not supported yet: use tcp:// or unix://".into(),
-                });
-            }
+            let http_head: Option<Box<[u8]>> = match &address {
+                Address::Http { authority, path } => Some(
+                    format!(
+                        "POST {path} HTTP/1.1\r\nHost: {authority}\r\n\
+                         Content-Type: application/json\r\nAccept: application/json\r\n\
+                         Content-Length: "
+                    )
+                    .into_bytes()
+                    .into(),
+                ),
+                _ => None,
+            };
             let g = match groups.iter().position(|g| *g.name == **group) {
                 Some(g) => g,
                 None => {
@@ -380,7 +390,7 @@ impl ProxyBuilder {
             };
             for _ in 0..self.connections {
                 groups[g].lanes.push(lanes.len());
-                lanes.push(Lane::new(upstreams.len()));
+                lanes.push(Lane::new(upstreams.len(), http_head.clone()));
             }
             upstreams.push(Upstream {
                 url: url.clone(),

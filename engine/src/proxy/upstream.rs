@@ -16,6 +16,8 @@ use mio::{Events, Interest, Poll, Token};
 use super::lane::{Call, Lane};
 use super::Shared;
 use crate::client::address::Address;
+use crate::client::http::Decoder as HttpDecoder;
+use crate::codec::raw::RawCtx;
 use crate::codec::response::{validate_response, Body};
 use crate::codec::tape::members;
 use crate::codec::{Id, LineDecoder};
@@ -110,7 +112,11 @@ struct Link {
     written: usize,
     rbuf: BytesMut,
     lines: LineDecoder,
+    /// HTTP upstreams: responses decoded off `rbuf` instead of lines.
+    http: Option<HttpDecoder>,
     backoff: Duration,
+    /// Answers read since this connection was made.
+    answered: u64,
 }
 
 /// Why a connection is dropped.
@@ -157,7 +163,9 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Poll) {
             written: 0,
             rbuf: BytesMut::with_capacity(READ_CHUNK),
             lines: LineDecoder::new(shared.max_answer_bytes),
+            http: None,
             backoff: FIRST_BACKOFF,
+            answered: 0,
         })
         .collect();
     let mut up = Upstreams {
@@ -233,24 +241,24 @@ impl Upstreams {
     /// Starts connecting link `i`; a failure to even start marks it down.
     fn connect(&mut self, i: usize) {
         let address = &self.shared.upstreams[self.lane(i).upstream].address;
-        let stream = match address {
-            Address::Tcp(hostport) => hostport
-                .to_socket_addrs()
-                .and_then(|mut addrs| {
-                    addrs.next().ok_or_else(|| {
-                        io::Error::new(io::ErrorKind::NotFound, "the name has no address")
-                    })
+        let resolve = |hostport: &str| {
+            hostport.to_socket_addrs().and_then(|mut addrs| {
+                addrs.next().ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::NotFound, "the name has no address")
                 })
-                .and_then(mio::net::TcpStream::connect)
-                .map(|s| {
-                    let _ = s.set_nodelay(true);
-                    Stream::Tcp(s)
-                }),
+            })
+        };
+        let tcp = |addr| {
+            mio::net::TcpStream::connect(addr).map(|s| {
+                let _ = s.set_nodelay(true);
+                Stream::Tcp(s)
+            })
+        };
+        let http = matches!(address, Address::Http { .. });
+        let stream = match address {
+            Address::Tcp(hostport) => resolve(hostport).and_then(tcp),
+            Address::Http { authority, .. } => resolve(authority).and_then(tcp),
             Address::Unix(path) => mio::net::UnixStream::connect(path).map(Stream::Unix),
-            Address::Http { .. } => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "http:// upstreams are not supported yet",
-            )),
         };
         let mut stream = match stream {
             Ok(s) => s,
@@ -270,6 +278,8 @@ impl Upstreams {
         link.written = 0;
         link.rbuf.clear();
         link.lines = LineDecoder::new(self.shared.max_answer_bytes);
+        link.http = http.then(HttpDecoder::default);
+        link.answered = 0;
         self.lane(i).up.store(true, Ordering::Release);
     }
 
@@ -321,8 +331,11 @@ impl Upstreams {
             let link = &mut self.links[i];
             if matches!(link.state, State::Down(_)) {
                 // Queued between the connection's loss and the lane's marking: fail
-                // them now rather than at the next attempt.
-                self.fail(i, "the connection is down", true);
+                // them now rather than at the next attempt. (A lane still up is
+                // reconnecting: its bytes wait for the connection.)
+                if !lane.up.load(Ordering::Acquire) {
+                    self.fail(i, "the connection is down", true);
+                }
                 continue;
             }
             {
@@ -359,11 +372,11 @@ impl Upstreams {
             let n = read_into(stream.as_raw_fd(), &mut link.rbuf, READ_CHUNK);
             match n {
                 Ok(0) => {
-                    let _ = self.answers(i);
+                    let _ = self.answers(i, true);
                     return self.down(i, &Lost::Closed);
                 }
                 Ok(_) => {
-                    if let Err(lost) = self.answers(i) {
+                    if let Err(lost) = self.answers(i, false) {
                         return self.down(i, &lost);
                     }
                 }
@@ -374,8 +387,12 @@ impl Upstreams {
         }
     }
 
-    /// Relays every whole answer line in link `i`'s read buffer.
-    fn answers(&mut self, i: usize) -> Result<(), Lost> {
+    /// Relays every whole answer in link `i`'s read buffer (`eof`: the upstream has
+    /// closed, so a body delimited by the close is whole).
+    fn answers(&mut self, i: usize, eof: bool) -> Result<(), Lost> {
+        if self.links[i].http.is_some() {
+            return self.http_answers(i, eof);
+        }
         loop {
             let link = &mut self.links[i];
             let line = match link.lines.decode(&mut link.rbuf) {
@@ -386,26 +403,68 @@ impl Upstreams {
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
+            link.answered += 1;
             let lane = &self.shared.lanes[i];
             relay(&mut self.scratch, &line, lane)?;
+        }
+    }
+
+    /// Relays every whole HTTP response in link `i`'s read buffer, each to the oldest
+    /// request without one (HTTP/1.1 answers in order).
+    fn http_answers(&mut self, i: usize, eof: bool) -> Result<(), Lost> {
+        loop {
+            let link = &mut self.links[i];
+            let Some(decoder) = link.http.as_mut() else {
+                return Ok(());
+            };
+            let reply = match decoder.decode(&mut link.rbuf, self.shared.max_answer_bytes, eof) {
+                Ok(Some(reply)) => reply,
+                Ok(None) => return Ok(()),
+                Err(_) => return Err(Lost::Garbage("a malformed HTTP response")),
+            };
+            link.answered += 1;
+            let lane = &self.shared.lanes[i];
+            let Some(id) = lane.lock().fifo.pop_front() else {
+                return Err(Lost::Garbage("an HTTP response to no request"));
+            };
+            relay_http(&mut self.scratch, reply.status, &reply.body, id, lane);
+            if reply.close {
+                return Err(Lost::Closed);
+            }
         }
     }
 
     /// Marks link `i` down: its calls fail, and it is reconnected after a backoff.
     fn down(&mut self, i: usize, why: &Lost) {
         let url = &self.shared.upstreams[self.lane(i).upstream].url;
-        let why = format!("upstream {url} is unavailable: {why}");
-        tracing::warn!("proxy: {why}");
         let link = &mut self.links[i];
+        // An upstream that closes a connection it served (an idle timeout, HTTP's
+        // `Connection: close`) is not down: reconnect at once, and keep sending to it.
+        // Anything else (refused, reset, garbage, a close before any answer) takes it
+        // out until a reconnection, tried after a growing backoff, succeeds.
+        let quick = matches!(why, Lost::Closed) && link.answered > 0;
+        let why = format!("upstream {url} is unavailable: {why}");
+        if quick {
+            tracing::debug!("proxy: {why}; reconnecting");
+        } else {
+            tracing::warn!("proxy: {why}");
+        }
         if let Some(mut s) = link.stream.take() {
             let _ = self.poll.registry().deregister(s.source());
         }
-        link.state = State::Down(Instant::now() + link.backoff);
-        link.backoff = (link.backoff * 2).min(MAX_BACKOFF);
         link.wbuf.clear();
         link.written = 0;
-        self.lane(i).up.store(false, Ordering::Release);
+        if quick {
+            link.state = State::Down(Instant::now());
+        } else {
+            link.state = State::Down(Instant::now() + link.backoff);
+            link.backoff = (link.backoff * 2).min(MAX_BACKOFF);
+            self.lane(i).up.store(false, Ordering::Release);
+        }
         self.fail(i, &why, true);
+        if quick {
+            self.connect(i);
+        }
     }
 
     /// Takes every call waiting on link `i`: with `resend`, idempotent ones go to
@@ -416,7 +475,9 @@ impl Upstreams {
         self.shared.lanes[i].drain(&mut calls);
         for call in calls.drain(..) {
             let call = if resend {
-                match self.shared.resend(call, i) {
+                // A lane still up (reconnecting at once) may take its own calls back.
+                let except = (!self.lane(i).up.load(Ordering::Acquire)).then_some(i);
+                match self.shared.resend(call, except) {
                     None => {
                         self.resent = true;
                         continue;
@@ -469,22 +530,59 @@ fn relay(scratch: &mut Scratch, line: &[u8], lane: &Lane) -> Result<(), Lost> {
         let Some(call) = lane.take(id) else {
             return Ok(());
         };
-        match response.body {
-            Body::Result(nodes) => match raw.value_text(nodes) {
-                Some(text) => call.responder.respond_raw(text),
-                None => return Err(Lost::Garbage("a result whose text could not be found")),
-            },
-            Body::Error { code, .. } => {
-                let object = members(raw.root)
-                    .filter_map(Result::ok)
-                    .find(|(key, _)| *key == "error")
-                    .and_then(|(_, nodes)| raw.value_text(nodes));
-                match object {
-                    Some(text) => call.responder.relay_error(code, text),
-                    None => return Err(Lost::Garbage("an error whose text could not be found")),
-                }
+        give(call, raw, response.body).map_err(Lost::Garbage)
+    })
+}
+
+/// Gives one HTTP response to the request `id` it answers (0: a notification's, whose
+/// answer is dropped). A body that is a JSON-RPC response is relayed whatever the
+/// status (an upstream's 401 or 429 carries its JSON-RPC error); anything else fails
+/// the call, and the connection stays (HTTP framing is intact).
+fn relay_http(scratch: &mut Scratch, status: u16, body: &[u8], id: u64, lane: &Lane) {
+    if id == 0 {
+        return;
+    }
+    let Some(call) = lane.take(id) else {
+        return;
+    };
+    let bad = scratch.parse(body, |parsed| {
+        let Ok(raw) = parsed else {
+            return Some(call);
+        };
+        let Ok(response) = validate_response(raw.root) else {
+            return Some(call);
+        };
+        // The id is not checked: HTTP/1.1's order says which request this answers
+        // (an upstream that could not read the request answers with id null).
+        // (Text that cannot be found leaves the call to its responder's drop: -32603.)
+        let _ = give(call, raw, response.body);
+        None
+    });
+    if let Some(call) = bad {
+        call.responder.error(RpcError::new(
+            Reason::UpstreamUnavailable,
+            format!("Server busy: the upstream answered HTTP {status} without a JSON-RPC response"),
+        ));
+    }
+}
+
+/// Completes `call` with the upstream's result or error object, as their bytes came.
+fn give(call: Call, raw: RawCtx<'_>, body: Body<'_>) -> Result<(), &'static str> {
+    match body {
+        Body::Result(nodes) => match raw.value_text(nodes) {
+            Some(text) => call.responder.respond_raw(text),
+            None => return Err("a result whose text could not be found"),
+        },
+        Body::Error { code, .. } => {
+            let object = members(raw.root)
+                .filter_map(Result::ok)
+                .find(|(key, _)| *key == "error")
+                .and_then(|(_, nodes)| raw.value_text(nodes));
+            match object {
+                Some(text) => call.responder.relay_error(code, text),
+                None => return Err("an error whose text could not be found"),
             }
         }
-        Ok(())
-    })
+    }
+    Ok(())
 }

@@ -150,6 +150,10 @@ pub(crate) struct Elem {
     /// When it is answered `-32001` if not answered: the earlier of `request_timeout`
     /// and the caller's budget.
     deadline: Option<Instant>,
+    /// A batch element's place: its offset in the array written inline.
+    at: u32,
+    /// A batch element's answer, once given: its range in the slot's `late`.
+    answer: Range<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,8 +174,11 @@ pub(crate) struct Slot {
     pub(crate) http: Option<Reply>,
     /// A batch's array, open, while elements are pending; `None` for a single call.
     batch: Option<BatchWriter>,
-    /// Ready: the framed bytes. Waiting: the JSON so far (a batch's array, unclosed).
+    /// Ready: the framed bytes. Waiting: the JSON so far (a batch's array, unclosed,
+    /// with the answers written inline).
     pub(crate) buf: Vec<u8>,
+    /// A batch's answers given later, each put in its element's place at the end.
+    late: Vec<u8>,
     /// The request's bytes, for pool jobs (empty when none go to the pool).
     frame: Bytes,
     elems: Vec<Elem>,
@@ -205,6 +212,7 @@ impl Slot {
             http: None,
             batch: None,
             buf,
+            late: Vec::new(),
             frame: Bytes::new(),
             elems: Vec::new(),
             remaining: 0,
@@ -220,10 +228,18 @@ impl Slot {
         }
     }
 
-    /// Adds one element's answer.
-    fn push_answer(&mut self, answer: &[u8], id: Option<Id<'_>>) {
+    /// Adds element `i`'s answer: a batch's is kept for its place in the array.
+    fn push_answer(&mut self, i: usize, answer: &[u8], id: Option<Id<'_>>) {
         match &mut self.batch {
-            Some(batch) => batch.push(&mut self.buf, answer, id),
+            Some(batch) => {
+                let used = self.buf.len() + self.late.len();
+                let start = self.late.len();
+                if batch.push_late(&mut self.late, used, answer, id) {
+                    if let Some(e) = self.elems.get_mut(i) {
+                        e.answer = to_u32(start)..to_u32(self.late.len());
+                    }
+                }
+            }
             None => self.buf.extend_from_slice(answer),
         }
     }
@@ -267,7 +283,18 @@ impl Sink<'_> {
     }
 }
 
+/// Offsets within one answer (bounded by `max_response_bytes`, far below 4 GiB).
+fn to_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
 impl Deferrals for Sink<'_> {
+    fn placed(&mut self, at: usize) {
+        if let Some(e) = self.elems.last_mut() {
+            e.at = to_u32(at);
+        }
+    }
+
     fn blocking(
         &mut self,
         range: Range<usize>,
@@ -285,6 +312,8 @@ impl Deferrals for Sink<'_> {
             method,
             metric,
             deadline,
+            at: u32::MAX,
+            answer: 0..0,
         });
         true
     }
@@ -306,6 +335,8 @@ impl Deferrals for Sink<'_> {
             method,
             metric,
             deadline,
+            at: u32::MAX,
+            answer: 0..0,
         });
         let tag = Tag {
             element,
@@ -450,6 +481,7 @@ impl Pending {
     /// Takes back the buffers of a slot whose answer went into the output.
     pub(crate) fn recycle(&self, slot: Slot) {
         let mut spares = self.spares.borrow_mut();
+        spares.keep_buf(slot.late);
         spares.keep_buf(slot.buf);
         spares.keep_elems(slot.elems);
     }
@@ -521,6 +553,11 @@ impl Pending {
             id,
             ready: false,
             http,
+            late: if batch.is_some() {
+                self.spares.get_mut().buf()
+            } else {
+                Vec::new()
+            },
             batch,
             buf: json,
             // A copy: a shared slice would keep the whole read buffer alive while the
@@ -605,7 +642,7 @@ impl Pending {
                             format_args!("Server busy: the work queue is full, try again"),
                         );
                         let id = slot.elems[i].id.clone();
-                        slot.push_answer(&err, id.as_ref().map(OwnedId::as_id));
+                        slot.push_answer(i, &err, id.as_ref().map(OwnedId::as_id));
                     }
                     self.after(slot, i, Some(ErrorCode::ServerBusy.code()), err.len());
                 }
@@ -672,7 +709,11 @@ impl Pending {
         s.remaining -= 1;
         let id = e.id.clone();
         self.after(s, element as usize, done.code, done.reply.len());
-        s.push_answer(&done.reply, id.as_ref().map(OwnedId::as_id));
+        s.push_answer(
+            element as usize,
+            &done.reply,
+            id.as_ref().map(OwnedId::as_id),
+        );
         self.reply_to.recycle(done.reply);
         self.submit(s, conn, generation);
         if s.remaining == 0 {
@@ -751,7 +792,7 @@ impl Pending {
                         "Request timed out: no result by its deadline (request_timeout {ms} ms, or the caller's shorter budget)"
                     ),
                 );
-                slot.push_answer(&err, Some(id.as_id()));
+                slot.push_answer(i, &err, Some(id.as_id()));
             }
             self.after(slot, i, Some(ErrorCode::RequestTimeout.code()), err.len());
         }
@@ -811,8 +852,18 @@ impl Pending {
 fn finish(slot: &mut Slot, headers: &ServerHeaders, spares: &mut Spares) {
     let mut json = std::mem::take(&mut slot.buf);
     if let Some(batch) = slot.batch.take() {
-        // Only notifications: nothing at all, never `[]`.
-        let _ = batch.finish(&mut json);
+        // Every answer in its element's place (only notifications: nothing at all,
+        // never `[]`).
+        let mut array = spares.buf();
+        let places = slot.elems.iter().map(|e| {
+            (
+                e.at as usize,
+                e.answer.start as usize..e.answer.end as usize,
+            )
+        });
+        let _ = batch.assemble(&json, &slot.late, places, &mut array);
+        spares.keep_buf(std::mem::replace(&mut json, array));
+        spares.keep_buf(std::mem::take(&mut slot.late));
     }
     if slot.http.is_none() {
         // A line: the JSON itself, ended.
