@@ -145,6 +145,9 @@ fn serve(a: Args) -> Result<(), String> {
     if a.no_metrics {
         engine = engine.without_metrics();
     }
+    if let Some(m) = engine.metrics() {
+        proxy.export_metrics(m);
+    }
     if let Some(g) = guard(&a).map_err(|e| e.to_string())? {
         engine = engine.with_guard(g);
     }

@@ -95,8 +95,8 @@
     unsafe_op_in_unsafe_fn
 )]
 
-#[cfg(feature = "client")]
 pub mod access_log;
+#[cfg(feature = "client")]
 pub mod client;
 mod codec;
 mod config;

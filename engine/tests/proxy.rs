@@ -18,10 +18,22 @@ use util::server::Served;
 fn served_proxy(proxy: &Proxy, config: Config) -> Served {
     let mut methods = Registry::builder();
     proxy.install(&mut methods);
-    Served::start(
-        Engine::new(methods.freeze(), config),
-        ServerConfig::default(),
-    )
+    let engine = Engine::new(methods.freeze(), config);
+    if let Some(m) = engine.metrics() {
+        proxy.export_metrics(m);
+    }
+    Served::start(engine, ServerConfig::default())
+}
+
+/// The value of the sample `series` (name and labels, exactly) in a scrape of `addr`.
+fn scraped(addr: SocketAddr, series: &str) -> Option<f64> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut s, &mut text).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
 fn builder_to(upstream: &Served) -> ProxyBuilder {
@@ -233,6 +245,18 @@ fn colliding_ids_never_cross() {
         c.join().unwrap();
     }
     assert_eq!(mismatches.load(Ordering::Relaxed), 0);
+    // Every forwarded call was timed: 400 lines per client, every tenth a batch of 3.
+    let url = format!("tcp://{}", upstream.tcp);
+    let calls = (CLIENTS * (CALLS / 10 * 9 + CALLS / 10 * 3)) as f64;
+    for family in [
+        "ringrpc_proxy_send_seconds",
+        "ringrpc_proxy_upstream_seconds",
+    ] {
+        let count = scraped(front.http, &format!("{family}_count{{upstream=\"{url}\"}}"));
+        assert_eq!(count, Some(calls), "{family}");
+        let inf = format!("{family}_bucket{{upstream=\"{url}\",le=\"+Inf\"}}");
+        assert_eq!(scraped(front.http, &inf), Some(calls), "{family}");
+    }
     front.stop();
     drop(proxy);
     upstream.stop();

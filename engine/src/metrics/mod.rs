@@ -17,7 +17,7 @@
 //! assert!(text.contains(r#"ringrpc_requests_total{method="add",transport="embedded",code="0"} 1"#));
 //! ```
 
-mod histogram;
+pub(crate) mod histogram;
 mod process;
 
 use std::cell::{Cell, RefCell};
@@ -164,6 +164,8 @@ impl Shard {
 
 /// A server's work queue length, `None` once the server stopped.
 type QueueLen = Box<dyn Fn() -> Option<usize> + Send + Sync>;
+/// A part of the scrape rendered elsewhere.
+type Section = Box<dyn Fn(&mut String) + Send + Sync>;
 
 /// What the shards and the scrape share.
 struct Shared {
@@ -189,6 +191,8 @@ struct Shared {
     /// Queue lengths to report as `ringrpc_pool_queue_depth` (one per running server;
     /// `None` once it stopped).
     queues: Mutex<Vec<QueueLen>>,
+    /// Families rendered by other parts (the proxy's histograms).
+    sections: Mutex<Vec<Section>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -229,6 +233,7 @@ impl Metrics {
                 inflight: AtomicI64::new(0),
                 counters: Mutex::new(Vec::new()),
                 queues: Mutex::new(Vec::new()),
+                sections: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -326,6 +331,17 @@ impl Metrics {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(Box::new(len));
+    }
+
+    /// Renders `section` (whole metric families, with their HELP and TYPE lines) into
+    /// every scrape.
+    #[cfg_attr(not(feature = "proxy"), allow(dead_code))]
+    pub(crate) fn add_section(&self, section: impl Fn(&mut String) + Send + Sync + 'static) {
+        self.shared
+            .sections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Box::new(section));
     }
 
     /// The metrics now, in the Prometheus text exposition format 0.0.4 (serve it with
@@ -490,6 +506,14 @@ impl Metrics {
         {
             head(&mut out, name, "counter", help);
             let _ = writeln!(out, "{name} {}", value.load(Relaxed));
+        }
+        for section in s
+            .sections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            section(&mut out);
         }
         process::encode(&mut out);
         out

@@ -38,6 +38,10 @@ pub(crate) struct Call {
     pub(crate) responder: Responder,
     /// For a call of an idempotent method: what it takes to send it again elsewhere.
     pub(crate) retry: Option<Retry>,
+    /// When it was forwarded.
+    pub(crate) sent: Instant,
+    /// The number of the take of the lane's bytes that carried it upstream.
+    pub(crate) take: u32,
 }
 
 /// An idempotent call's request, kept to resend it on another upstream of its group if
@@ -61,6 +65,8 @@ pub(crate) struct Queue {
     seq: u64,
     /// Buffers for idempotent calls' requests, given back when they are answered.
     tails: Vec<Vec<u8>>,
+    /// Takes of `out` by the upstream thread so far (each call parked notes the next).
+    pub(crate) takes: u32,
     /// HTTP upstreams: the request head up to its `Content-Length` value.
     http_head: Option<Box<[u8]>>,
     /// HTTP upstreams: the private ids of the requests written, in order (0 for a
@@ -93,15 +99,18 @@ impl Queue {
     pub(crate) fn park(
         &mut self,
         id: u64,
-        deadline: Instant,
+        (sent, deadline): (Instant, Instant),
         responder: Responder,
         retry: Option<Retry>,
     ) {
+        let take = self.takes;
         self.calls.insert(Call {
             id,
             deadline,
             responder,
             retry,
+            sent,
+            take,
         });
     }
 
@@ -205,6 +214,7 @@ impl Lane {
                 calls: Slab::with_capacity(1024),
                 seq: 0,
                 tails: Vec::new(),
+                takes: 0,
                 http_head,
                 fifo: VecDeque::new(),
             }),
@@ -276,16 +286,16 @@ mod tests {
         let now = Instant::now();
         let mut q = lane.lock();
         let a = q.next_id();
-        q.park(a, now, Responder::detached(), None);
+        q.park(a, (now, now), Responder::detached(), None);
         let b = q.next_id();
-        q.park(b, now, Responder::detached(), None);
+        q.park(b, (now, now), Responder::detached(), None);
         assert_ne!(a, b);
         assert!(a < 1 << 53 && b < 1 << 53);
         assert!(q.take(a).is_some());
         assert!(q.take(a).is_none(), "answered twice");
         // The freed key is reused under a new id: the old id still does not match.
         let c = q.next_id();
-        q.park(c, now, Responder::detached(), None);
+        q.park(c, (now, now), Responder::detached(), None);
         assert_eq!(c & ((1 << KEY_BITS) - 1), a & ((1 << KEY_BITS) - 1));
         assert!(q.take(a).is_none());
         assert!(q.take(c).is_some());

@@ -58,6 +58,7 @@
 
 mod lane;
 mod route;
+mod timing;
 mod upstream;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -133,6 +134,8 @@ pub(crate) struct Shared {
     timeout: Duration,
     /// The longest answer line read from an upstream.
     pub(crate) max_answer_bytes: usize,
+    /// Where forwarded calls spend their time, per upstream.
+    pub(crate) timings: timing::Timings,
     waker: mio::Waker,
     /// Set by the first forward since the upstream thread last looked: later ones do
     /// not wake it again.
@@ -214,9 +217,10 @@ impl Shared {
                 q.end(mark);
                 None
             };
-            let until = Instant::now() + self.timeout;
+            let now = Instant::now();
+            let until = now + self.timeout;
             let deadline = ctx.deadline().map_or(until, |d| d.min(until));
-            q.park(id, deadline, responder, retry);
+            q.park(id, (now, deadline), responder, retry);
             lane.outstanding.fetch_add(1, Ordering::Relaxed);
             lane.has_out.store(true, Ordering::SeqCst);
         }
@@ -250,7 +254,7 @@ impl Shared {
         let mut q = lane.lock();
         let id = q.next_id();
         q.write(id, &retry.tail);
-        q.park(id, call.deadline, call.responder, Some(retry));
+        q.park(id, (call.sent, call.deadline), call.responder, Some(retry));
         lane.outstanding.fetch_add(1, Ordering::Relaxed);
         lane.has_out.store(true, Ordering::SeqCst);
         None
@@ -412,6 +416,7 @@ impl ProxyBuilder {
             .iter()
             .position(|g| &*g.name == "default")
             .unwrap_or(0);
+        let upstreams_len = upstreams.len();
         let poll = mio::Poll::new()?;
         let waker = mio::Waker::new(poll.registry(), upstream::WAKER)?;
         let shared = Arc::new(Shared {
@@ -423,6 +428,7 @@ impl ProxyBuilder {
             default_group,
             timeout: self.timeout,
             max_answer_bytes: self.max_answer_bytes,
+            timings: timing::Timings::new(upstreams_len),
             waker,
             woken: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -482,6 +488,20 @@ impl Proxy {
         let forwarder = self.forwarder();
         methods.deferred_fallback(move |ctx, params, responder| {
             forwarder.forward(ctx, params, responder);
+        });
+    }
+
+    /// Adds the proxy's histograms to `metrics` (the engine's, from
+    /// [`Engine::metrics`](crate::Engine::metrics)): per upstream,
+    /// `ringrpc_proxy_send_seconds` (forward → bytes taken for the upstream socket) and
+    /// `ringrpc_proxy_upstream_seconds` (then → answer read). What the proxy adds to a
+    /// call is the server's `ringrpc_request_duration_seconds{method="fallback"}` less
+    /// the upstream time.
+    pub fn export_metrics(&self, metrics: &crate::metrics::Metrics) {
+        let shared = Arc::clone(&self.shared);
+        metrics.add_section(move |out| {
+            let urls: Vec<&str> = shared.upstreams.iter().map(|u| u.url.as_str()).collect();
+            shared.timings.render(&urls, out);
         });
     }
 

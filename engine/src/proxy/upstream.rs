@@ -117,7 +117,13 @@ struct Link {
     backoff: Duration,
     /// Answers read since this connection was made.
     answered: u64,
+    /// When the last takes of the lane's bytes happened: (take number, time), by the
+    /// number modulo the length.
+    taken: [(u32, Option<Instant>); TAKES],
 }
+
+/// Takes remembered per link: a call answered after more takes than this is not timed.
+const TAKES: usize = 64;
 
 /// Why a connection is dropped.
 #[derive(Debug)]
@@ -166,6 +172,7 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Poll) {
             http: None,
             backoff: FIRST_BACKOFF,
             answered: 0,
+            taken: [(0, None); TAKES],
         })
         .collect();
     let mut up = Upstreams {
@@ -339,7 +346,11 @@ impl Upstreams {
                 continue;
             }
             {
+                let now = Instant::now();
                 let mut q = lane.lock();
+                let t = q.takes;
+                q.takes = t.wrapping_add(1);
+                link.taken[t as usize % TAKES] = (t, Some(now));
                 lane.has_out.store(false, Ordering::Release);
                 if link.wbuf.is_empty() {
                     std::mem::swap(&mut link.wbuf, &mut q.out);
@@ -405,7 +416,8 @@ impl Upstreams {
             }
             link.answered += 1;
             let lane = &self.shared.lanes[i];
-            relay(&mut self.scratch, &line, lane)?;
+            let seen = timer(&self.shared, lane.upstream, &link.taken);
+            relay(&mut self.scratch, &line, lane, seen)?;
         }
     }
 
@@ -427,7 +439,8 @@ impl Upstreams {
             let Some(id) = lane.lock().fifo.pop_front() else {
                 return Err(Lost::Garbage("an HTTP response to no request"));
             };
-            relay_http(&mut self.scratch, reply.status, &reply.body, id, lane);
+            let seen = timer(&self.shared, lane.upstream, &link.taken);
+            relay_http(&mut self.scratch, reply.status, &reply.body, id, lane, seen);
             if reply.close {
                 return Err(Lost::Closed);
             }
@@ -518,7 +531,12 @@ impl Upstreams {
 
 /// Gives one answer line to the call it answers. An answer for no waiting call (late,
 /// after a timeout) is dropped; an answer that is not a JSON-RPC response is garbage.
-fn relay(scratch: &mut Scratch, line: &[u8], lane: &Lane) -> Result<(), Lost> {
+fn relay(
+    scratch: &mut Scratch,
+    line: &[u8],
+    lane: &Lane,
+    seen: impl FnOnce(&Call),
+) -> Result<(), Lost> {
     scratch.parse(line, |parsed| {
         let raw = parsed.map_err(|_| Lost::Garbage("invalid JSON"))?;
         let response = validate_response(raw.root)
@@ -530,6 +548,7 @@ fn relay(scratch: &mut Scratch, line: &[u8], lane: &Lane) -> Result<(), Lost> {
         let Some(call) = lane.take(id) else {
             return Ok(());
         };
+        seen(&call);
         give(call, raw, response.body).map_err(Lost::Garbage)
     })
 }
@@ -538,13 +557,21 @@ fn relay(scratch: &mut Scratch, line: &[u8], lane: &Lane) -> Result<(), Lost> {
 /// answer is dropped). A body that is a JSON-RPC response is relayed whatever the
 /// status (an upstream's 401 or 429 carries its JSON-RPC error); anything else fails
 /// the call, and the connection stays (HTTP framing is intact).
-fn relay_http(scratch: &mut Scratch, status: u16, body: &[u8], id: u64, lane: &Lane) {
+fn relay_http(
+    scratch: &mut Scratch,
+    status: u16,
+    body: &[u8],
+    id: u64,
+    lane: &Lane,
+    seen: impl FnOnce(&Call),
+) {
     if id == 0 {
         return;
     }
     let Some(call) = lane.take(id) else {
         return;
     };
+    seen(&call);
     let bad = scratch.parse(body, |parsed| {
         let Ok(raw) = parsed else {
             return Some(call);
@@ -563,6 +590,27 @@ fn relay_http(scratch: &mut Scratch, status: u16, body: &[u8], id: u64, lane: &L
             Reason::UpstreamUnavailable,
             format!("Server busy: the upstream answered HTTP {status} without a JSON-RPC response"),
         ));
+    }
+}
+
+/// Times an answered call into the histograms of upstream `u`: `taken` tells when the
+/// bytes carrying it were taken for the socket; now is when its answer was read.
+fn timer<'a>(
+    shared: &'a Shared,
+    u: usize,
+    taken: &'a [(u32, Option<Instant>); TAKES],
+) -> impl FnOnce(&Call) + 'a {
+    move |call| {
+        if let (t, Some(at)) = taken[call.take as usize % TAKES] {
+            if t == call.take {
+                let now = Instant::now();
+                shared.timings.observe(
+                    u,
+                    at.saturating_duration_since(call.sent),
+                    now.saturating_duration_since(at),
+                );
+            }
+        }
     }
 }
 
