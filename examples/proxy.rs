@@ -40,6 +40,16 @@ struct Args {
     /// it. Other calls are written upstream at most once.
     #[arg(long, value_name = "PATTERN")]
     idempotent: Vec<String>,
+    /// Do not let identical in-flight calls to idempotent methods share one upstream
+    /// call.
+    #[arg(long)]
+    no_coalesce: bool,
+    /// Cache the results of methods matching PATTERN for MS milliseconds; repeat it.
+    #[arg(long, value_name = "PATTERN=MS")]
+    cache: Vec<String>,
+    /// The most bytes the response cache holds.
+    #[arg(long, value_name = "BYTES", default_value_t = 64 << 20)]
+    cache_bytes: usize,
     /// Connections to each upstream, shared by every client.
     #[arg(long, value_name = "N", default_value_t = 2)]
     connections: usize,
@@ -112,6 +122,14 @@ fn proxy(a: &Args) -> Result<Proxy, String> {
     for pattern in &a.idempotent {
         b.idempotent(pattern);
     }
+    for c in &a.cache {
+        let (pattern, ms) = pair("cache", c)?;
+        let ms: u64 = ms
+            .parse()
+            .map_err(|_| format!("--cache {c:?}: MS must be a whole number of milliseconds"))?;
+        b.cache(pattern, Duration::from_millis(ms));
+    }
+    b.coalesce(!a.no_coalesce).cache_bytes(a.cache_bytes);
     b.connections(a.connections)
         .timeout(Duration::from_millis(a.upstream_timeout_ms.max(1)))
         .max_answer_bytes(a.max_response_bytes);

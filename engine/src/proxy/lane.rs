@@ -40,8 +40,20 @@ pub(crate) struct Call {
     pub(crate) retry: Option<Retry>,
     /// When it was forwarded.
     pub(crate) sent: Instant,
-    /// The number of the take of the lane's bytes that carried it upstream.
-    pub(crate) take: u32,
+    /// Its canonical key, when other calls share its answer (coalescing, the cache).
+    pub(crate) keyed: Option<Keyed>,
+    /// When its bytes were taken for the upstream socket.
+    pub(crate) taken: Option<Instant>,
+}
+
+/// A call whose answer is shared: waiting identical calls, or the response cache.
+pub(crate) struct Keyed {
+    /// The call's canonical text (see `share::write_key`).
+    pub(crate) key: std::sync::Arc<[u8]>,
+    /// Identical calls may be waiting on it (it is in the in-flight table).
+    pub(crate) coalesced: bool,
+    /// How long its result is cached, if it is.
+    pub(crate) ttl: Option<std::time::Duration>,
 }
 
 /// An idempotent call's request, kept to resend it on another upstream of its group if
@@ -65,8 +77,10 @@ pub(crate) struct Queue {
     seq: u64,
     /// Buffers for idempotent calls' requests, given back when they are answered.
     tails: Vec<Vec<u8>>,
-    /// Takes of `out` by the upstream thread so far (each call parked notes the next).
-    pub(crate) takes: u32,
+    /// Calls parked since the upstream thread last took `out` (their slab keys).
+    fresh: Vec<usize>,
+    /// HTTP: requests in `out` (not yet taken), the last entries of `fifo`.
+    untaken: usize,
     /// HTTP upstreams: the request head up to its `Content-Length` value.
     http_head: Option<Box<[u8]>>,
     /// HTTP upstreams: the private ids of the requests written, in order (0 for a
@@ -101,17 +115,18 @@ impl Queue {
         id: u64,
         (sent, deadline): (Instant, Instant),
         responder: Responder,
-        retry: Option<Retry>,
+        (retry, keyed): (Option<Retry>, Option<Keyed>),
     ) {
-        let take = self.takes;
-        self.calls.insert(Call {
+        let key = self.calls.insert(Call {
             id,
             deadline,
             responder,
             retry,
             sent,
-            take,
+            keyed,
+            taken: None,
         });
+        self.fresh.push(key);
     }
 
     /// Takes back the call sent with `id`, if it still waits; its request buffer, if
@@ -127,6 +142,16 @@ impl Queue {
                 Some(call)
             }
             _ => None,
+        }
+    }
+
+    /// The bytes queued were taken for the socket `now`: the calls they carry note it.
+    pub(crate) fn taken(&mut self, now: Instant) {
+        self.untaken = 0;
+        for k in self.fresh.drain(..) {
+            if let Some(c) = self.calls.get_mut(k) {
+                c.taken.get_or_insert(now);
+            }
         }
     }
 
@@ -156,6 +181,7 @@ impl Queue {
         });
         if http.is_some() {
             self.fifo.push_back(id.unwrap_or(0));
+            self.untaken += 1;
         }
         self.out.extend_from_slice(br#"{"jsonrpc":"2.0","#);
         if let Some(id) = id {
@@ -214,7 +240,8 @@ impl Lane {
                 calls: Slab::with_capacity(1024),
                 seq: 0,
                 tails: Vec::new(),
-                takes: 0,
+                fresh: Vec::new(),
+                untaken: 0,
                 http_head,
                 fifo: VecDeque::new(),
             }),
@@ -262,12 +289,35 @@ impl Lane {
         self.outstanding.fetch_sub(keys.len(), Ordering::Relaxed);
     }
 
+    /// Takes the waiting calls whose bytes were taken for the socket into `into` (the
+    /// connection they were written on is gone); the others stay, with their bytes,
+    /// for the next connection: they were never written.
+    pub(crate) fn drain_written(&self, keys: &mut Vec<usize>, into: &mut Vec<Call>) {
+        let mut q = self.lock();
+        keys.clear();
+        keys.extend(
+            q.calls
+                .iter()
+                .filter(|(_, c)| c.taken.is_some())
+                .map(|(k, _)| k),
+        );
+        for &k in keys.iter() {
+            into.push(q.calls.remove(k));
+        }
+        let written = q.fifo.len() - q.untaken.min(q.fifo.len());
+        q.fifo.drain(..written);
+        drop(q);
+        self.outstanding.fetch_sub(keys.len(), Ordering::Relaxed);
+    }
+
     /// Takes every waiting call into `into` and drops the bytes not yet taken (the
     /// connection is gone: they will never be written on it).
     pub(crate) fn drain(&self, into: &mut Vec<Call>) {
         let mut q = self.lock();
         q.out.clear();
         q.fifo.clear();
+        q.fresh.clear();
+        q.untaken = 0;
         let n = q.calls.len();
         into.extend(q.calls.drain());
         drop(q);
@@ -286,16 +336,16 @@ mod tests {
         let now = Instant::now();
         let mut q = lane.lock();
         let a = q.next_id();
-        q.park(a, (now, now), Responder::detached(), None);
+        q.park(a, (now, now), Responder::detached(), (None, None));
         let b = q.next_id();
-        q.park(b, (now, now), Responder::detached(), None);
+        q.park(b, (now, now), Responder::detached(), (None, None));
         assert_ne!(a, b);
         assert!(a < 1 << 53 && b < 1 << 53);
         assert!(q.take(a).is_some());
         assert!(q.take(a).is_none(), "answered twice");
         // The freed key is reused under a new id: the old id still does not match.
         let c = q.next_id();
-        q.park(c, (now, now), Responder::detached(), None);
+        q.park(c, (now, now), Responder::detached(), (None, None));
         assert_eq!(c & ((1 << KEY_BITS) - 1), a & ((1 << KEY_BITS) - 1));
         assert!(q.take(a).is_none());
         assert!(q.take(c).is_some());

@@ -58,6 +58,7 @@
 
 mod lane;
 mod route;
+mod share;
 mod timing;
 mod upstream;
 
@@ -66,8 +67,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use self::lane::{Call, Lane, Retry, MAX_CALLS};
+use self::lane::{Call, Keyed, Lane, Retry, MAX_CALLS};
 use self::route::{Pattern, Rules};
+use self::share::Answer;
 use crate::client::address::Address;
 use crate::codec::Params;
 use crate::dispatch::context::Context;
@@ -129,6 +131,13 @@ pub(crate) struct Shared {
     routes: Rules<usize>,
     /// Methods that may be sent again after a failure (`--idempotent`).
     idempotent: Rules<()>,
+    /// Whether identical in-flight calls to idempotent methods share one upstream call.
+    coalesce: bool,
+    /// Calls sent upstream that identical ones wait on.
+    pub(crate) inflight: share::InFlight,
+    /// Methods whose results are cached, and for how long.
+    cache_rules: Rules<Duration>,
+    pub(crate) cache: share::Cache,
     /// Where methods no route matches go.
     default_group: usize,
     timeout: Duration,
@@ -192,14 +201,56 @@ impl Shared {
             return responder.respond_raw(b"null");
         }
         let idempotent = self.idempotent.find(method).is_some();
+        let ttl = self.cache_rules.find(method);
+        let now = Instant::now();
+        let mut responder = responder;
+        let mut keyed = None;
+        if (idempotent && self.coalesce) || ttl.is_some() {
+            let coalesced = idempotent && self.coalesce;
+            // The key is written into a reused buffer; it is copied only for a call
+            // that goes upstream.
+            let keying = KEY.with(|k| {
+                let mut k = k.borrow_mut();
+                k.clear();
+                share::write_key(&mut k, method, params.nodes());
+                if ttl.is_some() {
+                    if let Some(hit) = self.cache.get(&k, now) {
+                        return Keying::Cached(responder, hit);
+                    }
+                }
+                if coalesced {
+                    match self.inflight.join(&k, responder) {
+                        Some((r, key)) => Keying::Send(r, key),
+                        None => Keying::Joined,
+                    }
+                } else {
+                    Keying::Send(responder, Arc::from(k.as_slice()))
+                }
+            });
+            let key = match keying {
+                Keying::Send(r, key) => {
+                    responder = r;
+                    key
+                }
+                Keying::Cached(r, hit) => return r.respond_raw(&hit),
+                // It waits on an identical call already upstream.
+                Keying::Joined => return,
+            };
+            keyed = Some(Keyed {
+                key,
+                coalesced,
+                ttl,
+            });
+        }
         {
             let mut q = lane.lock();
             if q.calls.len() >= MAX_CALLS {
                 drop(q);
-                return responder.error(RpcError::new(
+                let busy = RpcError::new(
                     Reason::ServerBusy,
                     "Server busy: too many calls in flight on the upstream connection",
-                ));
+                );
+                return self.settle(responder, keyed.as_ref(), &Answer::Error(&busy));
             }
             let id = q.next_id();
             let retry = if idempotent {
@@ -217,14 +268,31 @@ impl Shared {
                 q.end(mark);
                 None
             };
-            let now = Instant::now();
             let until = now + self.timeout;
             let deadline = ctx.deadline().map_or(until, |d| d.min(until));
-            q.park(id, (now, deadline), responder, retry);
+            q.park(id, (now, deadline), responder, (retry, keyed));
             lane.outstanding.fetch_add(1, Ordering::Relaxed);
             lane.has_out.store(true, Ordering::SeqCst);
         }
         self.wake();
+    }
+
+    /// Answers `responder` (a call's, keyed by `keyed` if its answer is shared) and
+    /// every call that waited on it; caches a result if its method is cached.
+    pub(crate) fn settle(&self, responder: Responder, keyed: Option<&Keyed>, answer: &Answer<'_>) {
+        let mut waiting = Vec::new();
+        if let Some(k) = keyed {
+            if let (Some(ttl), Answer::Result(text)) = (k.ttl, answer) {
+                self.cache.put(Arc::clone(&k.key), text, ttl);
+            }
+            if k.coalesced {
+                waiting = self.inflight.settle(&k.key);
+            }
+        }
+        answer.give(responder);
+        for r in waiting {
+            answer.give(r);
+        }
     }
 
     /// Wakes the upstream thread, unless a forward since it last looked did.
@@ -254,11 +322,32 @@ impl Shared {
         let mut q = lane.lock();
         let id = q.next_id();
         q.write(id, &retry.tail);
-        q.park(id, (call.sent, call.deadline), call.responder, Some(retry));
+        q.park(
+            id,
+            (call.sent, call.deadline),
+            call.responder,
+            (Some(retry), call.keyed),
+        );
         lane.outstanding.fetch_add(1, Ordering::Relaxed);
         lane.has_out.store(true, Ordering::SeqCst);
         None
     }
+}
+
+/// What the key of a call being forwarded decided.
+enum Keying {
+    /// Send it upstream, keyed.
+    Send(Responder, Arc<[u8]>),
+    /// Answer it with this cached result.
+    Cached(Responder, Arc<[u8]>),
+    /// It joined an identical call in flight.
+    Joined,
+}
+
+thread_local! {
+    /// The canonical key of the call being forwarded (reused: no allocation per call
+    /// for the lookup).
+    static KEY: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Times an idempotent call is sent at most (the first time included).
@@ -297,6 +386,9 @@ pub struct ProxyBuilder {
     upstreams: Vec<(String, String)>,
     routes: Vec<(String, String)>,
     idempotent: Vec<String>,
+    coalesce: bool,
+    cache: Vec<(String, Duration)>,
+    cache_bytes: usize,
     connections: usize,
     timeout: Duration,
     max_answer_bytes: usize,
@@ -326,6 +418,29 @@ impl ProxyBuilder {
     /// (at most 3 times in all). Any other call is written upstream at most once.
     pub fn idempotent(&mut self, pattern: &str) -> &mut Self {
         self.idempotent.push(pattern.to_owned());
+        self
+    }
+
+    /// Whether identical calls to idempotent methods in flight at once share one
+    /// upstream call (default on): the same method and params, compared canonically
+    /// (whitespace, escapes and member order do not matter); each caller gets the
+    /// answer under its own id.
+    pub fn coalesce(&mut self, on: bool) -> &mut Self {
+        self.coalesce = on;
+        self
+    }
+
+    /// Caches the results of methods matching `pattern` for `ttl`: a call identical to
+    /// one answered within `ttl` (compared as for [`ProxyBuilder::coalesce`], whole
+    /// keys, never by hash alone) is answered from the cache. Errors are not cached.
+    pub fn cache(&mut self, pattern: &str, ttl: Duration) -> &mut Self {
+        self.cache.push((pattern.to_owned(), ttl));
+        self
+    }
+
+    /// The most bytes of keys and results the cache holds (default 64 MiB).
+    pub fn cache_bytes(&mut self, n: usize) -> &mut Self {
+        self.cache_bytes = n;
         self
     }
 
@@ -425,6 +540,10 @@ impl ProxyBuilder {
             groups,
             routes: Rules::new(rules),
             idempotent: Rules::new(self.idempotent.iter().map(|p| (Pattern::parse(p), ()))),
+            coalesce: self.coalesce,
+            inflight: share::InFlight::default(),
+            cache_rules: Rules::new(self.cache.iter().map(|(p, t)| (Pattern::parse(p), *t))),
+            cache: share::Cache::new(self.cache_bytes),
             default_group,
             timeout: self.timeout,
             max_answer_bytes: self.max_answer_bytes,
@@ -476,6 +595,9 @@ impl Proxy {
             upstreams: Vec::new(),
             routes: Vec::new(),
             idempotent: Vec::new(),
+            coalesce: true,
+            cache: Vec::new(),
+            cache_bytes: 64 << 20,
             connections: 2,
             timeout: Duration::from_secs(30),
             max_answer_bytes: crate::config::defaults::DEFAULT_MAX_RESPONSE_BYTES,

@@ -14,6 +14,7 @@ use bytes::BytesMut;
 use mio::{Events, Interest, Poll, Token};
 
 use super::lane::{Call, Lane};
+use super::share::Answer;
 use super::Shared;
 use crate::client::address::Address;
 use crate::client::http::Decoder as HttpDecoder;
@@ -117,13 +118,7 @@ struct Link {
     backoff: Duration,
     /// Answers read since this connection was made.
     answered: u64,
-    /// When the last takes of the lane's bytes happened: (take number, time), by the
-    /// number modulo the length.
-    taken: [(u32, Option<Instant>); TAKES],
 }
-
-/// Takes remembered per link: a call answered after more takes than this is not timed.
-const TAKES: usize = 64;
 
 /// Why a connection is dropped.
 #[derive(Debug)]
@@ -172,7 +167,6 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Poll) {
             http: None,
             backoff: FIRST_BACKOFF,
             answered: 0,
-            taken: [(0, None); TAKES],
         })
         .collect();
     let mut up = Upstreams {
@@ -348,9 +342,7 @@ impl Upstreams {
             {
                 let now = Instant::now();
                 let mut q = lane.lock();
-                let t = q.takes;
-                q.takes = t.wrapping_add(1);
-                link.taken[t as usize % TAKES] = (t, Some(now));
+                q.taken(now);
                 lane.has_out.store(false, Ordering::Release);
                 if link.wbuf.is_empty() {
                     std::mem::swap(&mut link.wbuf, &mut q.out);
@@ -416,8 +408,8 @@ impl Upstreams {
             }
             link.answered += 1;
             let lane = &self.shared.lanes[i];
-            let seen = timer(&self.shared, lane.upstream, &link.taken);
-            relay(&mut self.scratch, &line, lane, seen)?;
+            let seen = timer(&self.shared, lane.upstream);
+            relay(&mut self.scratch, &line, &self.shared, lane, seen)?;
         }
     }
 
@@ -439,8 +431,16 @@ impl Upstreams {
             let Some(id) = lane.lock().fifo.pop_front() else {
                 return Err(Lost::Garbage("an HTTP response to no request"));
             };
-            let seen = timer(&self.shared, lane.upstream, &link.taken);
-            relay_http(&mut self.scratch, reply.status, &reply.body, id, lane, seen);
+            let seen = timer(&self.shared, lane.upstream);
+            relay_http(
+                &mut self.scratch,
+                &self.shared,
+                reply.status,
+                &reply.body,
+                id,
+                lane,
+                seen,
+            );
             if reply.close {
                 return Err(Lost::Closed);
             }
@@ -485,7 +485,12 @@ impl Upstreams {
     /// `upstream_unavailable`.
     fn fail(&mut self, i: usize, why: &str, resend: bool) {
         let mut calls = std::mem::take(&mut self.calls);
-        self.shared.lanes[i].drain(&mut calls);
+        if self.lane(i).up.load(Ordering::Acquire) && resend {
+            // Reconnecting at once: calls never written wait for the new connection.
+            self.shared.lanes[i].drain_written(&mut self.keys, &mut calls);
+        } else {
+            self.shared.lanes[i].drain(&mut calls);
+        }
         for call in calls.drain(..) {
             let call = if resend {
                 // A lane still up (reconnecting at once) may take its own calls back.
@@ -500,10 +505,9 @@ impl Upstreams {
             } else {
                 call
             };
-            call.responder.error(RpcError::new(
-                Reason::UpstreamUnavailable,
-                format!("Server busy: {why}"),
-            ));
+            let e = RpcError::new(Reason::UpstreamUnavailable, format!("Server busy: {why}"));
+            self.shared
+                .settle(call.responder, call.keyed.as_ref(), &Answer::Error(&e));
         }
         self.calls = calls;
     }
@@ -514,12 +518,14 @@ impl Upstreams {
             let lane = &self.shared.lanes[i];
             if lane.outstanding.load(Ordering::Relaxed) > 0 {
                 lane.expired(now, &mut self.keys, &mut self.calls);
+                let e = RpcError::new(
+                    Reason::UpstreamTimeout,
+                    "Request timed out: the upstream did not answer within the proxy's \
+                     upstream timeout",
+                );
                 for call in self.calls.drain(..) {
-                    call.responder.error(RpcError::new(
-                        Reason::UpstreamTimeout,
-                        "Request timed out: the upstream did not answer within the proxy's \
-                         upstream timeout",
-                    ));
+                    self.shared
+                        .settle(call.responder, call.keyed.as_ref(), &Answer::Error(&e));
                 }
             }
             if matches!(self.links[i].state, State::Down(at) if at <= now) {
@@ -534,6 +540,7 @@ impl Upstreams {
 fn relay(
     scratch: &mut Scratch,
     line: &[u8],
+    shared: &Shared,
     lane: &Lane,
     seen: impl FnOnce(&Call),
 ) -> Result<(), Lost> {
@@ -549,7 +556,7 @@ fn relay(
             return Ok(());
         };
         seen(&call);
-        give(call, raw, response.body).map_err(Lost::Garbage)
+        give(shared, call, raw, response.body).map_err(Lost::Garbage)
     })
 }
 
@@ -559,6 +566,7 @@ fn relay(
 /// the call, and the connection stays (HTTP framing is intact).
 fn relay_http(
     scratch: &mut Scratch,
+    shared: &Shared,
     status: u16,
     body: &[u8],
     id: u64,
@@ -581,55 +589,53 @@ fn relay_http(
         };
         // The id is not checked: HTTP/1.1's order says which request this answers
         // (an upstream that could not read the request answers with id null).
-        // (Text that cannot be found leaves the call to its responder's drop: -32603.)
-        let _ = give(call, raw, response.body);
+        let _ = give(shared, call, raw, response.body);
         None
     });
     if let Some(call) = bad {
-        call.responder.error(RpcError::new(
+        let e = RpcError::new(
             Reason::UpstreamUnavailable,
             format!("Server busy: the upstream answered HTTP {status} without a JSON-RPC response"),
-        ));
+        );
+        shared.settle(call.responder, call.keyed.as_ref(), &Answer::Error(&e));
     }
 }
 
-/// Times an answered call into the histograms of upstream `u`: `taken` tells when the
-/// bytes carrying it were taken for the socket; now is when its answer was read.
-fn timer<'a>(
-    shared: &'a Shared,
-    u: usize,
-    taken: &'a [(u32, Option<Instant>); TAKES],
-) -> impl FnOnce(&Call) + 'a {
+/// Times an answered call into the histograms of upstream `u` (now is when its answer
+/// was read).
+fn timer(shared: &Shared, u: usize) -> impl FnOnce(&Call) + '_ {
     move |call| {
-        if let (t, Some(at)) = taken[call.take as usize % TAKES] {
-            if t == call.take {
-                let now = Instant::now();
-                shared.timings.observe(
-                    u,
-                    at.saturating_duration_since(call.sent),
-                    now.saturating_duration_since(at),
-                );
-            }
+        if let Some(at) = call.taken {
+            shared.timings.observe(
+                u,
+                at.saturating_duration_since(call.sent),
+                Instant::now().saturating_duration_since(at),
+            );
         }
     }
 }
 
-/// Completes `call` with the upstream's result or error object, as their bytes came.
-fn give(call: Call, raw: RawCtx<'_>, body: Body<'_>) -> Result<(), &'static str> {
-    match body {
-        Body::Result(nodes) => match raw.value_text(nodes) {
-            Some(text) => call.responder.respond_raw(text),
-            None => return Err("a result whose text could not be found"),
-        },
-        Body::Error { code, .. } => {
-            let object = members(raw.root)
-                .filter_map(Result::ok)
-                .find(|(key, _)| *key == "error")
-                .and_then(|(_, nodes)| raw.value_text(nodes));
-            match object {
-                Some(text) => call.responder.relay_error(code, text),
-                None => return Err("an error whose text could not be found"),
-            }
+/// Completes `call` (and the calls sharing its answer) with the upstream's result or
+/// error object, as their bytes came.
+fn give(shared: &Shared, call: Call, raw: RawCtx<'_>, body: Body<'_>) -> Result<(), &'static str> {
+    let answer = match body {
+        Body::Result(nodes) => raw.value_text(nodes).map(Answer::Result),
+        Body::Error { code, .. } => members(raw.root)
+            .filter_map(Result::ok)
+            .find(|(key, _)| *key == "error")
+            .and_then(|(_, nodes)| raw.value_text(nodes))
+            .map(|text| Answer::Relayed(code, text)),
+    };
+    let why = "an answer whose text could not be found";
+    match answer {
+        Some(a) => shared.settle(call.responder, call.keyed.as_ref(), &a),
+        None => {
+            let e = RpcError::new(
+                Reason::UpstreamUnavailable,
+                format!("Server busy: the upstream sent {why}"),
+            );
+            shared.settle(call.responder, call.keyed.as_ref(), &Answer::Error(&e));
+            return Err(why);
         }
     }
     Ok(())
