@@ -29,8 +29,12 @@ use ringrpc::{defaults, Config, Engine, Registry, ServerConfig};
 struct Args {
     /// An upstream, NAME=URL (tcp://HOST:PORT or unix:///PATH); repeat it. Upstreams of
     /// one NAME form a group whose calls go to the least busy one.
-    #[arg(long, value_name = "NAME=URL", required = true)]
+    #[arg(long, value_name = "NAME=URL", required_unless_present = "config")]
     upstream: Vec<String>,
+    /// Settings from a TOML file (upstreams, routes, method classes, caches; see
+    /// docs/PROXY.md); flags add to it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Send methods matching PATTERN (an exact name, or a prefix and `*`) to group
     /// NAME; repeat it, first match wins. Others go to `default`, or the first group.
     #[arg(long, value_name = "PATTERN=NAME")]
@@ -47,15 +51,16 @@ struct Args {
     /// Cache the results of methods matching PATTERN for MS milliseconds; repeat it.
     #[arg(long, value_name = "PATTERN=MS")]
     cache: Vec<String>,
-    /// The most bytes the response cache holds.
-    #[arg(long, value_name = "BYTES", default_value_t = 64 << 20)]
-    cache_bytes: usize,
-    /// Connections to each upstream, shared by every client.
-    #[arg(long, value_name = "N", default_value_t = 2)]
-    connections: usize,
-    /// How long a forwarded call waits for its upstream (then -32001 upstream_timeout).
-    #[arg(long, value_name = "MS", default_value_t = 30_000)]
-    upstream_timeout_ms: u64,
+    /// The most bytes the response cache holds (default 64 MiB).
+    #[arg(long, value_name = "BYTES")]
+    cache_bytes: Option<usize>,
+    /// Connections to each upstream, shared by every client (default 2).
+    #[arg(long, value_name = "N")]
+    connections: Option<usize>,
+    /// How long a forwarded call waits for its upstream, then -32001 upstream_timeout
+    /// (default 30000).
+    #[arg(long, value_name = "MS")]
+    upstream_timeout_ms: Option<u64>,
     /// Newline-delimited JSON-RPC over TCP on ADDR ("off" to disable).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7710")]
     tcp: String,
@@ -111,6 +116,12 @@ fn pair<'a>(flag: &str, s: &'a str) -> Result<(&'a str, &'a str), String> {
 
 fn proxy(a: &Args) -> Result<Proxy, String> {
     let mut b = Proxy::builder();
+    if let Some(path) = &a.config {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("--config {}: {e}", path.display()))?;
+        b.toml(&text)
+            .map_err(|e| format!("--config {}: {e}", path.display()))?;
+    }
     for u in &a.upstream {
         let (name, url) = pair("upstream", u)?;
         b.upstream(name, url);
@@ -129,10 +140,19 @@ fn proxy(a: &Args) -> Result<Proxy, String> {
             .map_err(|_| format!("--cache {c:?}: MS must be a whole number of milliseconds"))?;
         b.cache(pattern, Duration::from_millis(ms));
     }
-    b.coalesce(!a.no_coalesce).cache_bytes(a.cache_bytes);
-    b.connections(a.connections)
-        .timeout(Duration::from_millis(a.upstream_timeout_ms.max(1)))
-        .max_answer_bytes(a.max_response_bytes);
+    if a.no_coalesce {
+        b.coalesce(false);
+    }
+    if let Some(n) = a.cache_bytes {
+        b.cache_bytes(n);
+    }
+    if let Some(n) = a.connections {
+        b.connections(n);
+    }
+    if let Some(ms) = a.upstream_timeout_ms {
+        b.timeout(Duration::from_millis(ms.max(1)));
+    }
+    b.max_answer_bytes(a.max_response_bytes);
     b.start().map_err(|e| e.to_string())
 }
 

@@ -56,6 +56,7 @@
 //!
 //! [`RegistryBuilder::deferred_fallback`]: crate::RegistryBuilder::deferred_fallback
 
+mod config;
 mod lane;
 mod route;
 mod share;
@@ -101,6 +102,9 @@ pub enum ProxyError {
         /// The group it names.
         group: String,
     },
+    /// A configuration file could not be read (syntax, unknown keys, types).
+    #[error("proxy configuration: {0}")]
+    Config(String),
     /// The upstream thread's poller or waker could not be made.
     #[error("starting the upstream thread: {0}")]
     Io(#[from] std::io::Error),

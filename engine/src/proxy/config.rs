@@ -1,0 +1,154 @@
+//! The proxy's settings from a TOML file (`--config FILE`): everything the builder
+//! takes, so a deployment can keep its routes and method classes in one place.
+//!
+//! ```toml
+//! connections = 2              # per upstream
+//! upstream_timeout_ms = 30000
+//! coalesce = true
+//! cache_bytes = 67108864
+//! idempotent = ["eth_call", "eth_get*"]
+//!
+//! [[upstream]]
+//! group = "default"
+//! url = "http://10.0.0.5:8545/"
+//!
+//! [[upstream]]
+//! group = "archive"
+//! url = "tcp://10.0.0.9:7700"
+//!
+//! [[route]]
+//! pattern = "debug_*"
+//! group = "archive"
+//!
+//! [[cache]]
+//! pattern = "eth_chainId"
+//! ttl_ms = 60000
+//! ```
+//!
+//! Unknown keys are refused (a typo must not be ignored silently).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{ProxyBuilder, ProxyError};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    connections: Option<usize>,
+    upstream_timeout_ms: Option<u64>,
+    coalesce: Option<bool>,
+    cache_bytes: Option<usize>,
+    max_answer_bytes: Option<usize>,
+    #[serde(default)]
+    idempotent: Vec<String>,
+    #[serde(default)]
+    upstream: Vec<Upstream>,
+    #[serde(default)]
+    route: Vec<Route>,
+    #[serde(default)]
+    cache: Vec<Cache>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Upstream {
+    group: String,
+    url: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Route {
+    pattern: String,
+    group: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Cache {
+    pattern: String,
+    ttl_ms: u64,
+}
+
+impl ProxyBuilder {
+    /// Adds the settings of a TOML text (the format is in docs/PROXY.md, "Configuration
+    /// file"):
+    /// upstreams, routes, idempotent patterns and caches are appended to what the
+    /// builder has; scalar settings replace its values.
+    ///
+    /// # Errors
+    ///
+    /// [`ProxyError::Config`] naming what is wrong (syntax, unknown keys, types).
+    pub fn toml(&mut self, text: &str) -> Result<&mut Self, ProxyError> {
+        let f: File = toml::from_str(text).map_err(|e| ProxyError::Config(e.to_string()))?;
+        if let Some(n) = f.connections {
+            self.connections(n);
+        }
+        if let Some(ms) = f.upstream_timeout_ms {
+            self.timeout(Duration::from_millis(ms.max(1)));
+        }
+        if let Some(on) = f.coalesce {
+            self.coalesce(on);
+        }
+        if let Some(n) = f.cache_bytes {
+            self.cache_bytes(n);
+        }
+        if let Some(n) = f.max_answer_bytes {
+            self.max_answer_bytes(n);
+        }
+        for p in &f.idempotent {
+            self.idempotent(p);
+        }
+        for u in &f.upstream {
+            self.upstream(&u.group, &u.url);
+        }
+        for r in &f.route {
+            self.route(&r.pattern, &r.group);
+        }
+        for c in &f.cache {
+            self.cache(&c.pattern, Duration::from_millis(c.ttl_ms));
+        }
+        Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Proxy;
+
+    #[test]
+    fn a_file_sets_everything_and_typos_are_refused() {
+        let text = r#"
+            connections = 3
+            upstream_timeout_ms = 500
+            coalesce = false
+            idempotent = ["get_*"]
+            [[upstream]]
+            group = "default"
+            url = "tcp://127.0.0.1:1"
+            [[upstream]]
+            group = "b"
+            url = "http://127.0.0.1:2/rpc"
+            [[route]]
+            pattern = "b_*"
+            group = "b"
+            [[cache]]
+            pattern = "get_chain"
+            ttl_ms = 1000
+        "#;
+        let mut b = Proxy::builder();
+        b.toml(text).unwrap();
+        assert_eq!(b.connections, 3);
+        assert_eq!(b.upstreams.len(), 2);
+        assert_eq!(b.routes, [("b_*".to_owned(), "b".to_owned())]);
+        assert!(!b.coalesce);
+        assert_eq!(b.cache.len(), 1);
+        let mut b = Proxy::builder();
+        let e = b.toml("conections = 3").unwrap_err().to_string();
+        assert!(e.contains("conections"), "{e}");
+        let mut b = Proxy::builder();
+        assert!(b.toml("[[route]]\npattern = 1\ngroup = \"x\"").is_err());
+    }
+}
