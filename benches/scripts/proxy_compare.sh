@@ -46,7 +46,8 @@
 # `getconf CLK_TCK`, summed over the proxy's process and its children: nginx's master and
 # worker) spent between the end of loadgen's warm-up and its exit, per answered call;
 # the upstream's likewise. Ticks are 10 ms at 100 Hz: read the CPU columns of short runs
-# as rough. The machine this was written on is shared and busy: read the ratios, and
+# as rough. CPU per call depends on the placement: a process alone on its CPU is woken
+# for nearly every message, one that shares a CPU finds several waiting per wake-up. The machine this was written on is shared and busy: read the ratios, and
 # lengthen the runs before believing a figure.
 #
 # Environment (defaults in brackets):
