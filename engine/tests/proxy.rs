@@ -976,3 +976,44 @@ fn cached_results_are_served_by_full_key_and_errors_are_not_cached() {
     drop(proxy);
     upstream.stop();
 }
+
+/// An upstream that accepts and reads but never answers is taken out after a few
+/// timeouts in a row (the circuit breaker), and stays out while its reconnections
+/// fail their health probe: calls go to the group's other upstream.
+#[test]
+fn a_stalled_upstream_is_taken_out_and_probed_before_use() {
+    let good = Served::start(demo::engine(Config::default()), ServerConfig::default());
+    let stall = fake_upstream(|_, _| true);
+    let mut b = Proxy::builder();
+    b.upstream("default", &format!("tcp://{stall}"))
+        .upstream("default", &format!("tcp://{}", good.tcp))
+        .connections(1)
+        .timeout(Duration::from_millis(100));
+    let proxy = b.start().unwrap();
+    let front = served_proxy(&proxy, Config::default());
+    let add = r#"{"jsonrpc":"2.0","method":"add","params":[1,2],"id":1}"#;
+    let mut timeouts = 0;
+    for _ in 0..12 {
+        let a = tcp_answers(front.tcp, add);
+        if a[0].get("error").is_some() {
+            assert_eq!(error_of(&a[0]), (-32001, "upstream_timeout"), "{a:?}");
+            timeouts += 1;
+        }
+    }
+    assert!(
+        (1..=3).contains(&timeouts),
+        "{timeouts} timeouts before the breaker"
+    );
+    // Taken out: every call goes to the other upstream, also after its reconnection
+    // (its health probe is not answered).
+    for round in 0..2 {
+        for _ in 0..20 {
+            let a = tcp_answers(front.tcp, add);
+            assert_eq!(a[0]["result"], 3, "round {round}: {a:?}");
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    front.stop();
+    drop(proxy);
+    good.stop();
+}

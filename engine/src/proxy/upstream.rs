@@ -35,6 +35,15 @@ const TICK: Duration = Duration::from_millis(20);
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 /// The longest wait between reconnection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// Calls timed out in a row, with no answer between them, that take an upstream out
+/// (the circuit breaker).
+const BREAK_AFTER: u32 = 3;
+/// How long a health probe may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The method of health probes: any JSON-RPC answer (`-32601` included) proves the
+/// upstream serves.
+const PROBE: &[u8] = br#""method":"rpc.proxy.health"}
+"#;
 /// Bytes asked of each read(2).
 const READ_CHUNK: usize = 64 * 1024;
 /// The deepest nesting accepted in an upstream's answer (the server's default).
@@ -118,6 +127,13 @@ struct Link {
     backoff: Duration,
     /// Answers read since this connection was made.
     answered: u64,
+    /// Calls timed out in a row with no answer between them.
+    stalls: u32,
+    /// Taken out by a failure: a new connection must answer a health probe before
+    /// calls are sent on it.
+    suspect: bool,
+    /// The probe in flight: its private id and deadline.
+    probe: Option<(u64, Instant)>,
 }
 
 /// Why a connection is dropped.
@@ -126,6 +142,7 @@ enum Lost {
     Io(io::Error),
     Closed,
     Garbage(&'static str),
+    Stalled(&'static str),
 }
 
 impl std::fmt::Display for Lost {
@@ -134,6 +151,7 @@ impl std::fmt::Display for Lost {
             Self::Io(e) => write!(f, "{e}"),
             Self::Closed => f.write_str("it closed the connection"),
             Self::Garbage(why) => write!(f, "it sent {why}; the connection was dropped"),
+            Self::Stalled(why) => write!(f, "it {why}; the connection was dropped"),
         }
     }
 }
@@ -167,6 +185,9 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Poll) {
             http: None,
             backoff: FIRST_BACKOFF,
             answered: 0,
+            stalls: 0,
+            suspect: false,
+            probe: None,
         })
         .collect();
     let mut up = Upstreams {
@@ -235,6 +256,7 @@ impl Upstreams {
     fn needs_ticks(&self) -> bool {
         self.links.iter().enumerate().any(|(i, l)| {
             matches!(l.state, State::Down(_))
+                || l.probe.is_some()
                 || self.lane(i).outstanding.load(Ordering::Relaxed) > 0
         })
     }
@@ -281,23 +303,50 @@ impl Upstreams {
         link.lines = LineDecoder::new(self.shared.max_answer_bytes);
         link.http = http.then(HttpDecoder::default);
         link.answered = 0;
-        self.lane(i).up.store(true, Ordering::Release);
+        link.stalls = 0;
+        link.probe = None;
+        if !link.suspect {
+            self.lane(i).up.store(true, Ordering::Release);
+        }
     }
 
     fn on_writable(&mut self, i: usize) {
         let link = &mut self.links[i];
         if link.state == State::Connecting {
             match link.stream.as_ref().map(Stream::connected) {
-                Some(Ok(true)) => {
-                    link.state = State::Open;
-                    link.backoff = FIRST_BACKOFF;
-                }
+                Some(Ok(true)) => self.opened(i),
                 Some(Ok(false)) => return,
                 Some(Err(e)) => return self.down(i, &Lost::Io(e)),
                 None => return,
             }
         }
         self.flush(i);
+    }
+
+    /// Link `i`'s connection is made. After a failure it must first answer a health
+    /// probe (the lane stays out until then).
+    fn opened(&mut self, i: usize) {
+        let link = &mut self.links[i];
+        link.state = State::Open;
+        if !link.suspect {
+            link.backoff = FIRST_BACKOFF;
+            return;
+        }
+        let lane = &self.shared.lanes[i];
+        let mut q = lane.lock();
+        let id = q.next_id();
+        q.write(id, PROBE);
+        lane.has_out.store(true, Ordering::SeqCst);
+        link.probe = Some((id, Instant::now() + PROBE_TIMEOUT));
+    }
+
+    /// The probe of link `i` was answered: calls may go there again.
+    fn healthy(&mut self, i: usize) {
+        let link = &mut self.links[i];
+        link.probe = None;
+        link.suspect = false;
+        link.backoff = FIRST_BACKOFF;
+        self.lane(i).up.store(true, Ordering::Release);
     }
 
     /// Writes what link `i` holds until done or the socket is full.
@@ -359,10 +408,7 @@ impl Upstreams {
         if self.links[i].state == State::Connecting {
             // Readable before writable: the connect failed (or data came early).
             match self.links[i].stream.as_ref().map(Stream::connected) {
-                Some(Ok(true)) => {
-                    self.links[i].state = State::Open;
-                    self.links[i].backoff = FIRST_BACKOFF;
-                }
+                Some(Ok(true)) => self.opened(i),
                 Some(Ok(false)) | None => return,
                 Some(Err(e)) => return self.down(i, &Lost::Io(e)),
             }
@@ -407,9 +453,13 @@ impl Upstreams {
                 continue;
             }
             link.answered += 1;
+            link.stalls = 0;
+            let probe = link.probe.map(|(id, _)| id);
             let lane = &self.shared.lanes[i];
             let seen = timer(&self.shared, lane.upstream);
-            relay(&mut self.scratch, &line, &self.shared, lane, seen)?;
+            if relay(&mut self.scratch, &line, &self.shared, lane, probe, seen)? {
+                self.healthy(i);
+            }
         }
     }
 
@@ -427,10 +477,17 @@ impl Upstreams {
                 Err(_) => return Err(Lost::Garbage("a malformed HTTP response")),
             };
             link.answered += 1;
+            link.stalls = 0;
+            let probe = link.probe.map(|(id, _)| id);
             let lane = &self.shared.lanes[i];
             let Some(id) = lane.lock().fifo.pop_front() else {
                 return Err(Lost::Garbage("an HTTP response to no request"));
             };
+            if Some(id) == probe {
+                // Any response proves the upstream serves.
+                self.healthy(i);
+                continue;
+            }
             let seen = timer(&self.shared, lane.upstream);
             relay_http(
                 &mut self.scratch,
@@ -472,6 +529,8 @@ impl Upstreams {
         } else {
             link.state = State::Down(Instant::now() + link.backoff);
             link.backoff = (link.backoff * 2).min(MAX_BACKOFF);
+            link.suspect = true;
+            link.probe = None;
             self.lane(i).up.store(false, Ordering::Release);
         }
         self.fail(i, &why, true);
@@ -523,10 +582,21 @@ impl Upstreams {
                     "Request timed out: the upstream did not answer within the proxy's \
                      upstream timeout",
                 );
+                let expired = u32::try_from(self.calls.len()).unwrap_or(u32::MAX);
                 for call in self.calls.drain(..) {
                     self.shared
                         .settle(call.responder, call.keyed.as_ref(), &Answer::Error(&e));
                 }
+                let link = &mut self.links[i];
+                link.stalls = link.stalls.saturating_add(expired);
+                if link.stalls >= BREAK_AFTER && link.state == State::Open {
+                    self.down(i, &Lost::Stalled("left calls unanswered past the timeout"));
+                    continue;
+                }
+            }
+            if matches!(self.links[i].probe, Some((_, at)) if at <= now) {
+                self.down(i, &Lost::Stalled("did not answer a health probe in time"));
+                continue;
             }
             if matches!(self.links[i].state, State::Down(at) if at <= now) {
                 self.connect(i);
@@ -537,26 +607,33 @@ impl Upstreams {
 
 /// Gives one answer line to the call it answers. An answer for no waiting call (late,
 /// after a timeout) is dropped; an answer that is not a JSON-RPC response is garbage.
+/// `Ok(true)`: it answered the health probe `probe`.
 fn relay(
     scratch: &mut Scratch,
     line: &[u8],
     shared: &Shared,
     lane: &Lane,
+    probe: Option<u64>,
     seen: impl FnOnce(&Call),
-) -> Result<(), Lost> {
+) -> Result<bool, Lost> {
     scratch.parse(line, |parsed| {
         let raw = parsed.map_err(|_| Lost::Garbage("invalid JSON"))?;
         let response = validate_response(raw.root)
             .map_err(|_| Lost::Garbage("something that is not a JSON-RPC response"))?;
         let Id::UInt(id) = response.id else {
             // Not an id the proxy sends (an upstream's error with id null, say).
-            return Ok(());
+            return Ok(false);
         };
+        if Some(id) == probe {
+            return Ok(true);
+        }
         let Some(call) = lane.take(id) else {
-            return Ok(());
+            return Ok(false);
         };
         seen(&call);
-        give(shared, call, raw, response.body).map_err(Lost::Garbage)
+        give(shared, call, raw, response.body)
+            .map(|()| false)
+            .map_err(Lost::Garbage)
     })
 }
 
