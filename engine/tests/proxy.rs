@@ -995,14 +995,21 @@ fn a_stalled_upstream_is_taken_out_and_probed_before_use() {
     let mut timeouts = 0;
     for _ in 0..12 {
         let a = tcp_answers(front.tcp, add);
+        // Timed out, or still waiting there when the breaker tripped (the marker
+        // pings `tcp_answers` sends go to the same upstreams).
         if a[0].get("error").is_some() {
-            assert_eq!(error_of(&a[0]), (-32001, "upstream_timeout"), "{a:?}");
+            let e = error_of(&a[0]);
+            assert!(
+                e == (-32001, "upstream_timeout") || e == (-32000, "upstream_unavailable"),
+                "{a:?}"
+            );
             timeouts += 1;
         }
     }
+    // At most the three timeouts that trip it, and one call stranded by the trip.
     assert!(
-        (1..=3).contains(&timeouts),
-        "{timeouts} timeouts before the breaker"
+        (1..=4).contains(&timeouts),
+        "{timeouts} failures before the breaker"
     );
     // Taken out: every call goes to the other upstream, also after its reconnection
     // (its health probe is not answered).
