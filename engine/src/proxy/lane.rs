@@ -81,11 +81,6 @@ pub(crate) struct Queue {
     fresh: Vec<usize>,
     /// HTTP: requests in `out` (not yet taken), the last entries of `fifo`.
     untaken: usize,
-    /// The upstream socket, for forwarding threads to write to directly while the
-    /// upstream thread holds no unwritten bytes of its own (so order is kept): a
-    /// request then costs its write(2), and no hand-off to the upstream thread. `None`
-    /// while the connection is not usable or the upstream thread is writing.
-    pub(crate) direct: Option<Direct>,
     /// HTTP upstreams: the request head up to its `Content-Length` value.
     http_head: Option<Box<[u8]>>,
     /// HTTP upstreams: the private ids of the requests written, in order (0 for a
@@ -220,23 +215,6 @@ impl Queue {
     }
 }
 
-/// A second handle on an upstream socket (a duplicated descriptor, non-blocking like
-/// the first), written by forwarding threads under the lane's lock.
-pub(crate) enum Direct {
-    Tcp(std::net::TcpStream),
-    Unix(std::os::unix::net::UnixStream),
-}
-
-impl Direct {
-    fn write(&self, buf: &[u8]) -> std::io::Result<usize> {
-        use std::io::Write;
-        match self {
-            Self::Tcp(s) => (&*s).write(buf),
-            Self::Unix(s) => (&*s).write(buf),
-        }
-    }
-}
-
 /// The shared half of one upstream connection.
 pub(crate) struct Lane {
     /// Which upstream (an index into the proxy's upstream list) it connects to.
@@ -264,7 +242,6 @@ impl Lane {
                 tails: Vec::new(),
                 fresh: Vec::new(),
                 untaken: 0,
-                direct: None,
                 http_head,
                 fifo: VecDeque::new(),
             }),
@@ -280,37 +257,6 @@ impl Lane {
         self.queue
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Sends what `q` holds (`q` is this lane's queue, locked): straight to the socket
-    /// when it may (then the calls are stamped sent at `now`), else it is left for the
-    /// upstream thread. Returns whether the upstream thread must be woken.
-    pub(crate) fn push(&self, q: &mut Queue, now: Instant) -> bool {
-        if let Some(direct) = &q.direct {
-            let mut written = 0;
-            let done = loop {
-                match direct.write(&q.out[written..]) {
-                    Ok(n) if n > 0 => {
-                        written += n;
-                        if written == q.out.len() {
-                            break true;
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    // Full, or failing: the upstream thread takes over (and finds out).
-                    _ => break false,
-                }
-            };
-            if done {
-                q.out.clear();
-                q.taken(now);
-                return false;
-            }
-            q.out.drain(..written);
-            q.direct = None;
-        }
-        self.has_out.store(true, Ordering::SeqCst);
-        true
     }
 
     /// Takes back the call sent with `id`, if it still waits.

@@ -153,8 +153,6 @@ pub(crate) struct Shared {
     /// Set by the first forward since the upstream thread last looked: later ones do
     /// not wake it again.
     pub(crate) woken: AtomicBool,
-    /// The upstream thread sleeps with a timeout (it will sweep timeouts on its own).
-    pub(crate) ticking: AtomicBool,
     pub(crate) stop: AtomicBool,
 }
 
@@ -195,16 +193,14 @@ impl Shared {
         };
         let lane = &self.lanes[i];
         if responder.is_notification() {
-            let wake = {
+            {
                 let mut q = lane.lock();
                 let mark = q.begin(None);
                 write_tail(&mut q.out, method, &params);
                 q.end(mark);
-                lane.push(&mut q, Instant::now())
-            };
-            if wake {
-                self.wake();
+                lane.has_out.store(true, Ordering::SeqCst);
             }
+            self.wake();
             // Its answer is dropped; its hooks see success.
             return responder.respond_raw(b"null");
         }
@@ -250,7 +246,7 @@ impl Shared {
                 ttl,
             });
         }
-        let wake = {
+        {
             let mut q = lane.lock();
             if q.calls.len() >= MAX_CALLS {
                 drop(q);
@@ -279,14 +275,10 @@ impl Shared {
             let until = now + self.timeout;
             let deadline = ctx.deadline().map_or(until, |d| d.min(until));
             q.park(id, (now, deadline), responder, (retry, keyed));
-            lane.outstanding.fetch_add(1, Ordering::SeqCst);
-            lane.push(&mut q, now)
-        };
-        // Written directly, the call still needs the upstream thread to time it out:
-        // woken if it sleeps without ticking.
-        if wake || !self.ticking.load(Ordering::SeqCst) {
-            self.wake();
+            lane.outstanding.fetch_add(1, Ordering::Relaxed);
+            lane.has_out.store(true, Ordering::SeqCst);
         }
+        self.wake();
     }
 
     /// Answers `responder` (a call's, keyed by `keyed` if its answer is shared) and
@@ -562,7 +554,6 @@ impl ProxyBuilder {
             timings: timing::Timings::new(upstreams_len),
             waker,
             woken: AtomicBool::new(false),
-            ticking: AtomicBool::new(false),
             stop: AtomicBool::new(false),
         });
         let thread = {

@@ -5,7 +5,7 @@
 
 use std::io::{self, Write};
 use std::net::ToSocketAddrs;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use mio::{Events, Interest, Poll, Token};
 
-use super::lane::{Call, Direct, Lane};
+use super::lane::{Call, Lane};
 use super::share::Answer;
 use super::Shared;
 use crate::client::address::Address;
@@ -205,14 +205,7 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Poll) {
     }
     let mut events = Events::with_capacity(1024);
     loop {
-        // Cleared before looking, so a call parked meanwhile either is seen here or
-        // finds the flag clear and wakes the thread (see `Shared::forward`).
-        up.shared.ticking.store(false, Ordering::SeqCst);
-        let ticks = up.needs_ticks();
-        if ticks {
-            up.shared.ticking.store(true, Ordering::SeqCst);
-        }
-        let timeout = ticks.then_some(TICK);
+        let timeout = up.needs_ticks().then_some(TICK);
         if let Err(e) = up.poll.poll(&mut events, timeout) {
             if e.kind() != io::ErrorKind::Interrupted {
                 tracing::error!("proxy: polling the upstream connections failed: {e}");
@@ -264,7 +257,7 @@ impl Upstreams {
         self.links.iter().enumerate().any(|(i, l)| {
             matches!(l.state, State::Down(_))
                 || l.probe.is_some()
-                || self.lane(i).outstanding.load(Ordering::SeqCst) > 0
+                || self.lane(i).outstanding.load(Ordering::Relaxed) > 0
         })
     }
 
@@ -376,34 +369,6 @@ impl Upstreams {
         }
         link.wbuf.clear();
         link.written = 0;
-        self.allow_direct(i);
-    }
-
-    /// Lets forwarding threads write to link `i`'s socket themselves, if it is open and
-    /// usable and nothing of the upstream thread's waits to be written.
-    fn allow_direct(&mut self, i: usize) {
-        let link = &self.links[i];
-        if link.state != State::Open || link.suspect || !link.wbuf.is_empty() {
-            return;
-        }
-        let Some(stream) = &link.stream else { return };
-        let lane = &self.shared.lanes[i];
-        let mut q = lane.lock();
-        if q.direct.is_some() || !q.out.is_empty() {
-            // Bytes queued meanwhile: taken (in order) at the next turn first.
-            return;
-        }
-        let dup = match stream {
-            Stream::Tcp(s) => s
-                .as_fd()
-                .try_clone_to_owned()
-                .map(|fd| Direct::Tcp(std::net::TcpStream::from(fd))),
-            Stream::Unix(s) => s
-                .as_fd()
-                .try_clone_to_owned()
-                .map(|fd| Direct::Unix(std::os::unix::net::UnixStream::from(fd))),
-        };
-        q.direct = dup.ok();
     }
 
     /// Moves what forwarding threads queued into the links, and writes it.
@@ -427,7 +392,6 @@ impl Upstreams {
                 let now = Instant::now();
                 let mut q = lane.lock();
                 q.taken(now);
-                q.direct = None;
                 lane.has_out.store(false, Ordering::Release);
                 if link.wbuf.is_empty() {
                     std::mem::swap(&mut link.wbuf, &mut q.out);
@@ -555,9 +519,6 @@ impl Upstreams {
         } else {
             tracing::warn!("proxy: {why}");
         }
-        // Forwarding threads stop writing to it before it is closed.
-        self.shared.lanes[i].lock().direct = None;
-        let link = &mut self.links[i];
         if let Some(mut s) = link.stream.take() {
             let _ = self.poll.registry().deregister(s.source());
         }
