@@ -225,7 +225,7 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Poll) {
                 up.on_writable(i);
             }
             if event.is_readable() || event.is_read_closed() {
-                up.on_readable(i);
+                up.on_readable(i, event.is_read_closed() || event.is_error());
             }
         }
         // Calls resent from a failed connection are written in the same turn.
@@ -404,7 +404,11 @@ impl Upstreams {
         }
     }
 
-    fn on_readable(&mut self, i: usize) {
+    /// Reads link `i`'s answers. A read shorter than asked emptied the socket, and
+    /// edge-triggered readiness reports any byte arriving after it: reading on until
+    /// `WouldBlock` would cost a system call per wake-up for nothing, so it stops there
+    /// unless the peer closed (`closed`: then reading goes on to the end of stream).
+    fn on_readable(&mut self, i: usize, closed: bool) {
         if self.links[i].state == State::Connecting {
             // Readable before writable: the connect failed (or data came early).
             match self.links[i].stream.as_ref().map(Stream::connected) {
@@ -424,9 +428,12 @@ impl Upstreams {
                     let _ = self.answers(i, true);
                     return self.down(i, &Lost::Closed);
                 }
-                Ok(_) => {
+                Ok(n) => {
                     if let Err(lost) = self.answers(i, false) {
                         return self.down(i, &lost);
+                    }
+                    if n < READ_CHUNK && !closed {
+                        return;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
