@@ -44,6 +44,13 @@ struct Args {
     /// it. Other calls are written upstream at most once.
     #[arg(long, value_name = "PATTERN")]
     idempotent: Vec<String>,
+    /// Hedge idempotent calls: one unanswered after MS is also sent to another upstream
+    /// of its group; the first answer wins.
+    #[arg(long, value_name = "MS")]
+    hedge_after_ms: Option<u64>,
+    /// The largest fraction of idempotent calls hedged (with --hedge-after-ms).
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.1)]
+    hedge_max: f64,
     /// Do not let identical in-flight calls to idempotent methods share one upstream
     /// call.
     #[arg(long)]
@@ -139,6 +146,9 @@ fn proxy(a: &Args) -> Result<Proxy, String> {
             .parse()
             .map_err(|_| format!("--cache {c:?}: MS must be a whole number of milliseconds"))?;
         b.cache(pattern, Duration::from_millis(ms));
+    }
+    if let Some(ms) = a.hedge_after_ms {
+        b.hedge(Duration::from_millis(ms), a.hedge_max);
     }
     if a.no_coalesce {
         b.coalesce(false);

@@ -1024,3 +1024,49 @@ fn a_stalled_upstream_is_taken_out_and_probed_before_use() {
     drop(proxy);
     good.stop();
 }
+
+/// Hedging: idempotent calls unanswered after a delay are also sent to another
+/// upstream of the group, and the first answer wins; with a zero budget, none is.
+#[test]
+fn slow_idempotent_calls_are_hedged_within_the_budget() {
+    for fraction in [1.0, 0.0] {
+        let good = Served::start(demo::engine(Config::default()), ServerConfig::default());
+        let stall = fake_upstream(|_, _| true);
+        let mut b = Proxy::builder();
+        // The marker pings `tcp_answers` sends go elsewhere: the two upstreams of
+        // `default` take turns with the calls measured.
+        b.upstream("default", &format!("tcp://{stall}"))
+            .upstream("default", &format!("tcp://{}", good.tcp))
+            .upstream("marker", &format!("tcp://{}", good.tcp))
+            .route("ping", "marker")
+            .idempotent("add")
+            .connections(1)
+            .timeout(Duration::from_millis(400))
+            .hedge(Duration::from_millis(50), fraction);
+        let proxy = b.start().unwrap();
+        let front = served_proxy(&proxy, Config::default());
+        let add = r#"{"jsonrpc":"2.0","method":"add","params":[1,2],"id":1}"#;
+        let mut failed = 0;
+        // Fewer calls than the breaker needs to take the stalled upstream out.
+        for _ in 0..2 {
+            let a = tcp_answers(front.tcp, add);
+            if a[0]["result"] != 3 {
+                failed += 1;
+            }
+        }
+        let hedged = scraped(front.http, "ringrpc_proxy_hedged_total").unwrap();
+        if fraction > 0.0 {
+            assert_eq!(failed, 0, "hedged calls are answered by the other upstream");
+            assert!(hedged >= 1.0, "{hedged}");
+        } else {
+            assert!(
+                failed >= 1,
+                "without hedging, calls sent to the stalled one time out"
+            );
+            assert_eq!(hedged, 0.0);
+        }
+        front.stop();
+        drop(proxy);
+        good.stop();
+    }
+}

@@ -41,6 +41,8 @@ struct File {
     coalesce: Option<bool>,
     cache_bytes: Option<usize>,
     max_answer_bytes: Option<usize>,
+    hedge_after_ms: Option<u64>,
+    hedge_max: Option<f64>,
     #[serde(default)]
     idempotent: Vec<String>,
     #[serde(default)]
@@ -97,6 +99,9 @@ impl ProxyBuilder {
         }
         if let Some(n) = f.max_answer_bytes {
             self.max_answer_bytes(n);
+        }
+        if let Some(ms) = f.hedge_after_ms {
+            self.hedge(Duration::from_millis(ms), f.hedge_max.unwrap_or(0.1));
         }
         for p in &f.idempotent {
             self.idempotent(p);

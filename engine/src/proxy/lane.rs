@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use slab::Slab;
@@ -34,16 +34,73 @@ pub(crate) struct Call {
     id: u64,
     /// When the proxy stops waiting and answers `upstream_timeout`.
     pub(crate) deadline: Instant,
-    /// Where the answer goes: the client's call.
-    pub(crate) responder: Responder,
+    /// Where the answer goes: the client's call (with its shared-answer key).
+    pub(crate) reply: Reply,
+    /// A copy of it was sent to another upstream (hedging), or it is that copy.
+    pub(crate) hedged: bool,
     /// For a call of an idempotent method: what it takes to send it again elsewhere.
     pub(crate) retry: Option<Retry>,
     /// When it was forwarded.
     pub(crate) sent: Instant,
-    /// Its canonical key, when other calls share its answer (coalescing, the cache).
-    pub(crate) keyed: Option<Keyed>,
     /// When its bytes were taken for the upstream socket.
     pub(crate) taken: Option<Instant>,
+}
+
+/// Who a call's answer goes to: its own caller, or — once the call is hedged — a cell
+/// its copies share, answered by the first answer to come (or by the error of the last
+/// copy to fail).
+// `Own` is every call's, `Shared` only a hedged one's: boxing `Own` to even them out
+// would allocate per call.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Reply {
+    Own(Responder, Option<Keyed>),
+    Shared(Arc<Hedge>),
+}
+
+/// The caller of a hedged call, and how many of its copies are still out.
+pub(crate) struct Hedge {
+    caller: Mutex<Option<(Responder, Option<Keyed>)>>,
+    copies: AtomicUsize,
+}
+
+impl Hedge {
+    /// A cell for the caller of `reply` (which must be `Own`), with `copies` copies out.
+    pub(crate) fn new(reply: Reply, copies: usize) -> Arc<Self> {
+        let caller = match reply {
+            Reply::Own(r, k) => Some((r, k)),
+            Reply::Shared(_) => None,
+        };
+        Arc::new(Self {
+            caller: Mutex::new(caller),
+            copies: AtomicUsize::new(copies),
+        })
+    }
+
+    /// One copy fewer is out (it could not be sent).
+    pub(crate) fn forget_one(&self) {
+        self.copies.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Reply {
+    /// The caller to answer with this copy's outcome, if it is the one that answers:
+    /// any answer from upstream wins; an `error` of the proxy's own only when no other
+    /// copy is still out (it may yet be answered).
+    pub(crate) fn take(self, error: bool) -> Option<(Responder, Option<Keyed>)> {
+        match self {
+            Self::Own(r, k) => Some((r, k)),
+            Self::Shared(cell) => {
+                let last = cell.copies.fetch_sub(1, Ordering::AcqRel) == 1;
+                if error && !last {
+                    return None;
+                }
+                cell.caller
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take()
+            }
+        }
+    }
 }
 
 /// A call whose answer is shared: waiting identical calls, or the response cache.
@@ -65,6 +122,15 @@ pub(crate) struct Retry {
     pub(crate) tail: Vec<u8>,
     /// Times it was sent.
     pub(crate) attempts: u8,
+}
+
+/// A hedged call's copy, to be sent on another upstream of its group.
+pub(crate) struct Copy {
+    pub(crate) group: usize,
+    pub(crate) tail: Vec<u8>,
+    pub(crate) sent: Instant,
+    pub(crate) deadline: Instant,
+    pub(crate) cell: Arc<Hedge>,
 }
 
 /// What [`Lane::queue`] guards.
@@ -114,16 +180,16 @@ impl Queue {
         &mut self,
         id: u64,
         (sent, deadline): (Instant, Instant),
-        responder: Responder,
-        (retry, keyed): (Option<Retry>, Option<Keyed>),
+        reply: Reply,
+        (retry, hedged): (Option<Retry>, bool),
     ) {
         let key = self.calls.insert(Call {
             id,
             deadline,
-            responder,
+            reply,
+            hedged,
             retry,
             sent,
-            keyed,
             taken: None,
         });
         self.fresh.push(key);
@@ -310,6 +376,34 @@ impl Lane {
         self.outstanding.fetch_sub(keys.len(), Ordering::Relaxed);
     }
 
+    /// Hedges the waiting idempotent calls sent at or before `cutoff` that are not
+    /// hedged yet (at most `budget` of them): each gets a shared reply, and what it
+    /// takes to send a copy goes into `into`: (group, request tail, sent, deadline,
+    /// the shared cell).
+    pub(crate) fn hedge(&self, cutoff: Instant, budget: usize, into: &mut Vec<Copy>) {
+        let mut q = self.lock();
+        for (_, c) in q.calls.iter_mut() {
+            if into.len() >= budget {
+                break;
+            }
+            let Some(retry) = &c.retry else { continue };
+            if c.hedged || c.sent > cutoff {
+                continue;
+            }
+            c.hedged = true;
+            let own = std::mem::replace(&mut c.reply, Reply::Own(Responder::detached(), None));
+            let cell = Hedge::new(own, 2);
+            c.reply = Reply::Shared(Arc::clone(&cell));
+            into.push(Copy {
+                group: retry.group,
+                tail: retry.tail.clone(),
+                sent: c.sent,
+                deadline: c.deadline,
+                cell,
+            });
+        }
+    }
+
     /// Takes every waiting call into `into` and drops the bytes not yet taken (the
     /// connection is gone: they will never be written on it).
     pub(crate) fn drain(&self, into: &mut Vec<Call>) {
@@ -336,16 +430,31 @@ mod tests {
         let now = Instant::now();
         let mut q = lane.lock();
         let a = q.next_id();
-        q.park(a, (now, now), Responder::detached(), (None, None));
+        q.park(
+            a,
+            (now, now),
+            Reply::Own(Responder::detached(), None),
+            (None, false),
+        );
         let b = q.next_id();
-        q.park(b, (now, now), Responder::detached(), (None, None));
+        q.park(
+            b,
+            (now, now),
+            Reply::Own(Responder::detached(), None),
+            (None, false),
+        );
         assert_ne!(a, b);
         assert!(a < 1 << 53 && b < 1 << 53);
         assert!(q.take(a).is_some());
         assert!(q.take(a).is_none(), "answered twice");
         // The freed key is reused under a new id: the old id still does not match.
         let c = q.next_id();
-        q.park(c, (now, now), Responder::detached(), (None, None));
+        q.park(
+            c,
+            (now, now),
+            Reply::Own(Responder::detached(), None),
+            (None, false),
+        );
         assert_eq!(c & ((1 << KEY_BITS) - 1), a & ((1 << KEY_BITS) - 1));
         assert!(q.take(a).is_none());
         assert!(q.take(c).is_some());

@@ -63,12 +63,12 @@ mod share;
 mod timing;
 mod upstream;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use self::lane::{Call, Keyed, Lane, Retry, MAX_CALLS};
+use self::lane::{Call, Copy, Keyed, Lane, Reply, Retry, MAX_CALLS};
 use self::route::{Pattern, Rules};
 use self::share::Answer;
 use crate::client::address::Address;
@@ -139,6 +139,11 @@ pub(crate) struct Shared {
     coalesce: bool,
     /// Calls sent upstream that identical ones wait on.
     pub(crate) inflight: share::InFlight,
+    /// Hedging: (delay, the largest fraction of idempotent calls hedged).
+    pub(crate) hedge: Option<(Duration, f64)>,
+    /// Copies sent by hedging, and idempotent calls forwarded (counted with hedging on).
+    pub(crate) hedged: AtomicU64,
+    pub(crate) forwarded: AtomicU64,
     /// Methods whose results are cached, and for how long.
     cache_rules: Rules<Duration>,
     pub(crate) cache: share::Cache,
@@ -205,6 +210,9 @@ impl Shared {
             return responder.respond_raw(b"null");
         }
         let idempotent = self.idempotent.find(method).is_some();
+        if idempotent && self.hedge.is_some() {
+            self.forwarded.fetch_add(1, Ordering::Relaxed);
+        }
         let ttl = self.cache_rules.find(method);
         let now = Instant::now();
         let mut responder = responder;
@@ -274,11 +282,50 @@ impl Shared {
             };
             let until = now + self.timeout;
             let deadline = ctx.deadline().map_or(until, |d| d.min(until));
-            q.park(id, (now, deadline), responder, (retry, keyed));
+            q.park(
+                id,
+                (now, deadline),
+                Reply::Own(responder, keyed),
+                (retry, false),
+            );
             lane.outstanding.fetch_add(1, Ordering::Relaxed);
             lane.has_out.store(true, Ordering::SeqCst);
         }
         self.wake();
+    }
+
+    /// Answers the caller of `reply` with `answer`, if this copy of the call is the one
+    /// that answers (see [`Reply::take`]).
+    pub(crate) fn finish(&self, reply: Reply, answer: &Answer<'_>) {
+        if let Some((r, k)) = reply.take(matches!(answer, Answer::Error(_))) {
+            self.settle(r, k.as_ref(), answer);
+        }
+    }
+
+    /// Sends a copy of a hedged call on another connected upstream connection of its
+    /// group than `from`; without one, the copy is forgotten.
+    pub(crate) fn send_copy(&self, copy: Copy, from: usize) {
+        let Some(i) = self.pick(&self.groups[copy.group], Some(from)) else {
+            return copy.cell.forget_one();
+        };
+        let lane = &self.lanes[i];
+        let mut q = lane.lock();
+        let id = q.next_id();
+        q.write(id, &copy.tail);
+        let retry = Retry {
+            group: copy.group,
+            tail: copy.tail,
+            attempts: MAX_ATTEMPTS,
+        };
+        q.park(
+            id,
+            (copy.sent, copy.deadline),
+            Reply::Shared(copy.cell),
+            (Some(retry), true),
+        );
+        lane.outstanding.fetch_add(1, Ordering::SeqCst);
+        lane.has_out.store(true, Ordering::SeqCst);
+        self.hedged.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Answers `responder` (a call's, keyed by `keyed` if its answer is shared) and
@@ -329,8 +376,8 @@ impl Shared {
         q.park(
             id,
             (call.sent, call.deadline),
-            call.responder,
-            (Some(retry), call.keyed),
+            call.reply,
+            (Some(retry), call.hedged),
         );
         lane.outstanding.fetch_add(1, Ordering::Relaxed);
         lane.has_out.store(true, Ordering::SeqCst);
@@ -391,6 +438,7 @@ pub struct ProxyBuilder {
     routes: Vec<(String, String)>,
     idempotent: Vec<String>,
     coalesce: bool,
+    hedge: Option<(Duration, f64)>,
     cache: Vec<(String, Duration)>,
     cache_bytes: usize,
     connections: usize,
@@ -431,6 +479,16 @@ impl ProxyBuilder {
     /// answer under its own id.
     pub fn coalesce(&mut self, on: bool) -> &mut Self {
         self.coalesce = on;
+        self
+    }
+
+    /// Hedges idempotent calls: one without an answer `after` it was forwarded is also
+    /// sent to another connected upstream of its group, and the first answer wins (the
+    /// other is dropped). At most `max_fraction` (0 to 1) of the idempotent calls
+    /// forwarded are hedged, so a slow group is not sent twice its load. The delay is
+    /// checked on the upstream thread's 20 ms tick. Off by default.
+    pub fn hedge(&mut self, after: Duration, max_fraction: f64) -> &mut Self {
+        self.hedge = Some((after, max_fraction.clamp(0.0, 1.0)));
         self
     }
 
@@ -545,6 +603,9 @@ impl ProxyBuilder {
             routes: Rules::new(rules),
             idempotent: Rules::new(self.idempotent.iter().map(|p| (Pattern::parse(p), ()))),
             coalesce: self.coalesce,
+            hedge: self.hedge,
+            hedged: AtomicU64::new(0),
+            forwarded: AtomicU64::new(0),
             inflight: share::InFlight::default(),
             cache_rules: Rules::new(self.cache.iter().map(|(p, t)| (Pattern::parse(p), *t))),
             cache: share::Cache::new(self.cache_bytes),
@@ -600,6 +661,7 @@ impl Proxy {
             routes: Vec::new(),
             idempotent: Vec::new(),
             coalesce: true,
+            hedge: None,
             cache: Vec::new(),
             cache_bytes: 64 << 20,
             connections: 2,
@@ -628,6 +690,15 @@ impl Proxy {
         metrics.add_section(move |out| {
             let urls: Vec<&str> = shared.upstreams.iter().map(|u| u.url.as_str()).collect();
             shared.timings.render(&urls, out);
+            let _ = std::fmt::Write::write_fmt(
+                out,
+                format_args!(
+                    "# HELP ringrpc_proxy_hedged_total Copies of idempotent calls sent to a second upstream (hedging).\n\
+                     # TYPE ringrpc_proxy_hedged_total counter\n\
+                     ringrpc_proxy_hedged_total {}\n",
+                    shared.hedged.load(Ordering::Relaxed)
+                ),
+            );
         });
     }
 

@@ -228,17 +228,18 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Poll) {
                 up.on_readable(i, event.is_read_closed() || event.is_error());
             }
         }
-        // Calls resent from a failed connection are written in the same turn.
+        let now = Instant::now();
+        if now.duration_since(up.last_sweep) >= TICK {
+            up.last_sweep = now;
+            up.sweep(now);
+        }
+        // Calls resent from a failed connection, and hedged copies, are written in
+        // the same turn.
         loop {
             up.take_queued();
             if !std::mem::take(&mut up.resent) {
                 break;
             }
-        }
-        let now = Instant::now();
-        if now.duration_since(up.last_sweep) >= TICK {
-            up.last_sweep = now;
-            up.sweep(now);
         }
     }
     // Stopping: nothing more will be answered from upstream.
@@ -572,14 +573,43 @@ impl Upstreams {
                 call
             };
             let e = RpcError::new(Reason::UpstreamUnavailable, format!("Server busy: {why}"));
-            self.shared
-                .settle(call.responder, call.keyed.as_ref(), &Answer::Error(&e));
+            self.shared.finish(call.reply, &Answer::Error(&e));
         }
         self.calls = calls;
     }
 
+    /// Sends copies of idempotent calls waiting longer than `after` to other upstreams,
+    /// within the budget of `fraction` of the idempotent calls forwarded.
+    fn hedge(&mut self, now: Instant, after: Duration, fraction: f64) {
+        let Some(cutoff) = now.checked_sub(after) else {
+            return;
+        };
+        let forwarded = self.shared.forwarded.load(Ordering::Relaxed) as f64;
+        let hedged = self.shared.hedged.load(Ordering::Relaxed) as f64;
+        let mut budget = (forwarded * fraction - hedged).max(0.0) as usize;
+        for i in 0..self.links.len() {
+            if budget == 0 {
+                return;
+            }
+            let lane = &self.shared.lanes[i];
+            if lane.outstanding.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let mut copies = Vec::new();
+            lane.hedge(cutoff, budget, &mut copies);
+            budget -= copies.len();
+            for copy in copies {
+                self.shared.send_copy(copy, i);
+                self.resent = true;
+            }
+        }
+    }
+
     /// Times out calls past their deadline, and reconnects links whose backoff is over.
     fn sweep(&mut self, now: Instant) {
+        if let Some((after, fraction)) = self.shared.hedge {
+            self.hedge(now, after, fraction);
+        }
         for i in 0..self.links.len() {
             let lane = &self.shared.lanes[i];
             if lane.outstanding.load(Ordering::Relaxed) > 0 {
@@ -591,8 +621,7 @@ impl Upstreams {
                 );
                 let expired = u32::try_from(self.calls.len()).unwrap_or(u32::MAX);
                 for call in self.calls.drain(..) {
-                    self.shared
-                        .settle(call.responder, call.keyed.as_ref(), &Answer::Error(&e));
+                    self.shared.finish(call.reply, &Answer::Error(&e));
                 }
                 let link = &mut self.links[i];
                 link.stalls = link.stalls.saturating_add(expired);
@@ -681,7 +710,7 @@ fn relay_http(
             Reason::UpstreamUnavailable,
             format!("Server busy: the upstream answered HTTP {status} without a JSON-RPC response"),
         );
-        shared.settle(call.responder, call.keyed.as_ref(), &Answer::Error(&e));
+        shared.finish(call.reply, &Answer::Error(&e));
     }
 }
 
@@ -712,13 +741,13 @@ fn give(shared: &Shared, call: Call, raw: RawCtx<'_>, body: Body<'_>) -> Result<
     };
     let why = "an answer whose text could not be found";
     match answer {
-        Some(a) => shared.settle(call.responder, call.keyed.as_ref(), &a),
+        Some(a) => shared.finish(call.reply, &a),
         None => {
             let e = RpcError::new(
                 Reason::UpstreamUnavailable,
                 format!("Server busy: the upstream sent {why}"),
             );
-            shared.settle(call.responder, call.keyed.as_ref(), &Answer::Error(&e));
+            shared.finish(call.reply, &Answer::Error(&e));
             return Err(why);
         }
     }
