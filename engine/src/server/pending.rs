@@ -248,7 +248,13 @@ pub(crate) struct Sink<'p> {
     transport: Transport,
 }
 
-impl Sink<'_> {
+impl<'p> Sink<'p> {
+    /// Where the frame's calls are counted, if metrics are on: the engine's straight
+    /// path counts there itself ([`Engine::handle_split_counted`]), as `outcome` would.
+    pub(crate) fn counted_in(&self) -> Option<&'p Local> {
+        self.local
+    }
+
     /// If every call of the frame was answered at once and refused by a rate limit:
     /// the longest wait asked (an HTTP request then gets 429 with `Retry-After`).
     pub(crate) fn all_limited(&self) -> Option<Limited> {
