@@ -685,16 +685,18 @@ impl Local {
         if n == 0 && calls == 0 {
             return;
         }
-        let run = Held {
-            calls,
-            ..self.run.get()
-        };
         let took = self.ticks.now().saturating_sub(self.mark.get());
         // One duration for all of them: one bucket.
         let b = self.ticks.bucket(took);
-        let runs = self.pending.iter().take(n).map(Cell::get);
-        for h in runs.chain((run.calls > 0).then_some(run)) {
+        for slot in self.pending.iter().take(n) {
+            let h = slot.get();
             self.count(h.method, h.transport, h.code, took, b, u64::from(h.calls));
+        }
+        // (Apart, not chained on: the chain cost HTTP's one call a read ~60
+        // instructions.)
+        if calls > 0 {
+            let h = self.run.get();
+            self.count(h.method, h.transport, h.code, took, b, u64::from(calls));
         }
     }
 
