@@ -923,6 +923,39 @@ mod tests {
     }
 
     #[test]
+    fn runs_of_like_calls_and_mixed_reads_past_the_slots_count_exactly() {
+        let m = metrics();
+        let l = m.claim();
+        l.start();
+        // Alternating methods: every call a run of its own, past the held slots (so
+        // counted mid-read).
+        for i in 0..PENDING * 2 + 5 {
+            l.call(u32::from(i % 2 == 1), Transport::Tcp, None);
+        }
+        // Long runs, broken by another code, and an index past the methods.
+        for _ in 0..1000 {
+            l.call(0, Transport::Http, None);
+        }
+        l.call(0, Transport::Http, Some(-32602));
+        l.call(0, Transport::Http, None);
+        l.call(9, Transport::Http, None);
+        l.flush();
+        l.flush();
+        let text = m.render();
+        let tcp = r#"ringrpc_requests_total{method="add",transport="tcp",code="0"}"#;
+        assert_eq!(line(&text, tcp), Some(&*format!("{tcp} {}", PENDING + 3)));
+        let http = r#"ringrpc_requests_total{method="add",transport="http",code="0"}"#;
+        assert_eq!(line(&text, http), Some(&*format!("{http} 1001")), "{text}");
+        let bad = r#"ringrpc_requests_total{method="add",transport="http",code="-32602"}"#;
+        assert_eq!(line(&text, bad), Some(&*format!("{bad} 1")), "{text}");
+        let unknown = r#"ringrpc_requests_total{method="unknown",transport="http",code="0"}"#;
+        assert_eq!(line(&text, unknown), Some(&*format!("{unknown} 1")));
+        let count = r#"ringrpc_request_duration_seconds_count{method="add"}"#;
+        let all = PENDING + 3 + 1002;
+        assert_eq!(line(&text, count), Some(&*format!("{count} {all}")));
+    }
+
+    #[test]
     fn codes_past_the_table_are_other() {
         let m = metrics();
         let l = m.claim();

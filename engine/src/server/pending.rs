@@ -789,7 +789,7 @@ mod tests {
         let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).unwrap());
         let pending = Pending::new(pool, waker, &engine, &ServerConfig::default());
         let n = COMPLETIONS + 1000;
-        let completer = Arc::clone(&pending.reply_to);
+        let completer = Arc::clone(&pending.fixed.reply_to);
         let t = std::thread::spawn(move || {
             for i in 0..n {
                 let tag = Tag {
@@ -807,6 +807,6 @@ mod tests {
             assert!(!std::mem::replace(&mut seen[done.tag.conn], true));
         }
         assert!(seen.iter().all(|s| *s), "a completion was lost");
-        assert!(!pending.reply_to.overflowed.load(Ordering::Acquire));
+        assert!(!pending.fixed.reply_to.overflowed.load(Ordering::Acquire));
     }
 }
