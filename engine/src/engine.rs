@@ -357,7 +357,9 @@ impl Engine {
             transport: source.conn.transport(),
             clock: Clock::Unread,
         };
-        let split = self.parse_and(frame, source, scratch, out, &mut wait);
+        // `Wait::outcome` only counts for a frame handed in here (its code is for pool
+        // jobs), so the straight path may count its calls itself.
+        let split = self.parse_and(frame, source, scratch, out, &mut wait, Tally::Direct(local));
         scratch.waiter = wait.waiter;
         if let Some(l) = local {
             l.flush();
@@ -394,7 +396,7 @@ impl Engine {
                 transport: source.conn.transport(),
                 clock: Clock::Fixed(deadline),
             };
-            let _ = self.parse_and(frame, source, scratch, out, &mut wait);
+            let _ = self.parse_and(frame, source, scratch, out, &mut wait, Tally::Sink);
             scratch.waiter = wait.waiter;
             wait.code
         };
@@ -412,6 +414,7 @@ impl Engine {
         scratch: &mut Scratch,
         out: &mut Vec<u8>,
         defer: &mut dyn Deferrals,
+        tally: Tally<'_>,
     ) -> Split {
         let len = frame.len();
         if len > self.config.max_request_bytes {
@@ -432,7 +435,7 @@ impl Engine {
                     structurals: scratch.buffers.structural_indexes(),
                     root: &tape.0,
                 };
-                self.respond(raw, source, out, defer)
+                self.respond(raw, source, out, defer, tally)
             }
             Err(e) => {
                 self.parse_error(&e, out);
@@ -548,6 +551,7 @@ impl Engine {
         source: &Source<'_>,
         out: &mut Vec<u8>,
         defer: &mut dyn Deferrals,
+        tally: Tally<'_>,
     ) -> Split {
         let nodes = raw.root;
         let max = self.config.max_response_bytes;
@@ -585,7 +589,8 @@ impl Engine {
                 for (i, elem) in elements(nodes).enumerate() {
                     let mark = batch.element(out);
                     let at = Some(u32::try_from(i).unwrap_or(u32::MAX));
-                    match self.single(elem, raw, source, out, batch.limit(), defer, at, header) {
+                    let limit = batch.limit();
+                    match self.single(elem, raw, source, out, limit, defer, tally, at, header) {
                         Answer::Wrote => batch.kept(),
                         Answer::Nothing => batch.discard(out, mark),
                         Answer::Later => {
@@ -603,7 +608,7 @@ impl Engine {
             }
             _ => {
                 let limit = out.len().saturating_add(max);
-                match self.single(nodes, raw, source, out, limit, defer, None, header) {
+                match self.single(nodes, raw, source, out, limit, defer, tally, None, header) {
                     Answer::Wrote => Split::Done(Outcome::Reply),
                     Answer::Nothing => Split::Done(Outcome::Nothing),
                     Answer::Later => Split::Single,
@@ -624,6 +629,7 @@ impl Engine {
         out: &mut Vec<u8>,
         limit: usize,
         defer: &mut dyn Deferrals,
+        tally: Tally<'_>,
         element: Option<u32>,
         header: Option<u32>,
     ) -> Answer {
@@ -663,7 +669,13 @@ impl Engine {
                 }
             }
             let d = crate::dispatch::dispatch_plain(entry, req, out, limit, max);
-            defer.outcome(self.metric(entry), d.code);
+            match tally {
+                Tally::Direct(Some(l)) => {
+                    l.call(self.metric(entry), source.conn.transport(), d.code)
+                }
+                Tally::Direct(None) => {}
+                Tally::Sink => defer.outcome(self.metric(entry), d.code),
+            }
             return if d.wrote {
                 Answer::Wrote
             } else {
@@ -1084,6 +1096,8 @@ impl Engine {
     /// blocking methods' (to run on the pool) and deferred methods' (answered through
     /// their responders). For a batch with calls left, `out` holds its array so far,
     /// unclosed, and [`Split::Batch`] the writer to finish it with.
+    // The server calls `handle_split_counted`; the fuzz targets call this.
+    #[cfg_attr(not(feature = "fuzzing"), allow(dead_code))]
     pub(crate) fn handle_split(
         &self,
         frame: &[u8],
@@ -1092,7 +1106,22 @@ impl Engine {
         out: &mut Vec<u8>,
         defer: &mut dyn Deferrals,
     ) -> Split {
-        self.parse_and(frame, source, scratch, out, defer)
+        self.parse_and(frame, source, scratch, out, defer, Tally::Sink)
+    }
+
+    /// [`Engine::handle_split`] for a sink whose [`Deferrals::outcome`] only counts
+    /// calls in `local` (and for rate limits, which a straight-path call never meets):
+    /// the straight path counts its calls there itself, without the sink.
+    pub(crate) fn handle_split_counted(
+        &self,
+        frame: &[u8],
+        source: &Source<'_>,
+        scratch: &mut Scratch,
+        out: &mut Vec<u8>,
+        defer: &mut dyn Deferrals,
+        local: Option<&Local>,
+    ) -> Split {
+        self.parse_and(frame, source, scratch, out, defer, Tally::Direct(local))
     }
 }
 
@@ -1150,6 +1179,17 @@ fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
+}
+
+/// How the calls on [`Engine::single`]'s straight path (plain methods, no hooks, no
+/// guard) are counted. Set once per frame: a dynamic call to the sink per call cost
+/// ~25 instructions.
+#[derive(Clone, Copy)]
+enum Tally<'l> {
+    /// Straight into this metrics shard (`None`: metrics are off); the sink is not told.
+    Direct(Option<&'l Local>),
+    /// Through [`Deferrals::outcome`] (a pool job's sink keeps the code).
+    Sink,
 }
 
 /// What is left to do for a frame after [`Engine::handle_split`].

@@ -39,6 +39,8 @@ pub(crate) struct Entry {
     pub(crate) dedup: bool,
     /// Its index among the metrics' method labels (set when frozen).
     pub(crate) metric: u32,
+    /// [`Entry::plain`]'s answer, worked out when frozen: one test per call, not three.
+    plain: bool,
 }
 
 impl Entry {
@@ -48,15 +50,22 @@ impl Entry {
             blocking: false,
             dedup: false,
             metric: 0,
+            plain: false,
         }
     }
 
-    /// Answered here and now with nothing around it: the engine's straight path.
-    #[inline]
+    /// Answered here and now with nothing around it: the engine's straight path (as
+    /// frozen).
+    #[inline(always)]
     pub(crate) fn is_plain(&self) -> bool {
-        !self.blocking
+        self.plain
+    }
+
+    /// Sets [`Entry::is_plain`] from what the entry now is (done when frozen).
+    fn freeze(&mut self) {
+        self.plain = !self.blocking
             && !self.dedup
-            && matches!(self.handler, Handler::Call(_) | Handler::Notify(_))
+            && matches!(self.handler, Handler::Call(_) | Handler::Notify(_));
     }
 }
 
@@ -263,10 +272,12 @@ impl RegistryBuilder {
         for (i, name) in names.iter().enumerate() {
             if let Some(e) = methods.get_mut(name) {
                 e.metric = u32::try_from(i).unwrap_or(u32::MAX);
+                e.freeze();
             }
         }
         if let Some(f) = &mut fallback {
             f.metric = crate::metrics::Metrics::fallback(names.len());
+            f.freeze();
         }
         Registry {
             methods,

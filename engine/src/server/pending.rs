@@ -249,25 +249,37 @@ impl Slot {
 /// calls become elements of the slot the frame will get.
 pub(crate) struct Sink<'p> {
     elems: &'p mut Vec<Elem>,
-    reply_to: &'p Arc<ReplyTo>,
+    /// What every frame's sink shares (one pointer, not five fields set per frame).
+    fixed: &'p Fixed,
     tag: Tag,
-    timeout: Option<Duration>,
     /// When the frame was taken up: read on first need (budgets count from it).
     taken_at: Option<Instant>,
-    max: usize,
-    /// Hooks or the access log are set: keep each call's method for them.
-    hooks: bool,
     /// Calls answered at once, and how many of them a rate limit refused.
     answered: u32,
     limited: u32,
     /// The longest wait a rate limit asked of them.
     retry_after: Option<Limited>,
-    /// Where to count, if metrics are on.
-    local: Option<&'p Local>,
     transport: Transport,
 }
 
-impl Sink<'_> {
+/// What the sinks of a reactor's frames share, set once.
+struct Fixed {
+    reply_to: Arc<ReplyTo>,
+    timeout: Option<Duration>,
+    max_response_bytes: usize,
+    /// Hooks or the access log are set: keep each call's method for them.
+    keep_methods: bool,
+    /// This reactor's metrics shard, if metrics are on.
+    local: Option<Local>,
+}
+
+impl<'p> Sink<'p> {
+    /// Where the frame's calls are counted, if metrics are on: the engine's straight
+    /// path counts there itself ([`Engine::handle_split_counted`]), as `outcome` would.
+    pub(crate) fn counted_in(&self) -> Option<&'p Local> {
+        self.fixed.local.as_ref()
+    }
+
     /// If every call of the frame was answered at once and refused by a rate limit:
     /// the longest wait asked (an HTTP request then gets 429 with `Retry-After`).
     pub(crate) fn all_limited(&self) -> Option<Limited> {
@@ -279,7 +291,7 @@ impl Sink<'_> {
     }
 
     fn method(&self, method: &str) -> Option<Box<str>> {
-        self.hooks.then(|| method.into())
+        self.fixed.keep_methods.then(|| method.into())
     }
 }
 
@@ -342,8 +354,13 @@ impl Deferrals for Sink<'_> {
             element,
             ..self.tag
         };
-        let target: Arc<dyn Complete> = self.reply_to.clone();
-        Responder::new(target, tag, OwnedId::from(id), self.max)
+        let target: Arc<dyn Complete> = self.fixed.reply_to.clone();
+        Responder::new(
+            target,
+            tag,
+            OwnedId::from(id),
+            self.fixed.max_response_bytes,
+        )
     }
 
     fn taken_at(&mut self) -> Instant {
@@ -351,7 +368,7 @@ impl Deferrals for Sink<'_> {
     }
 
     fn deadline(&mut self, budget: Option<u32>) -> Option<Instant> {
-        crate::engine::deadline_of(self.taken_at(), self.timeout, budget)
+        crate::engine::deadline_of(self.taken_at(), self.fixed.timeout, budget)
     }
 
     fn answered(&mut self, _out: &mut Vec<u8>) -> Option<Option<i32>> {
@@ -364,13 +381,13 @@ impl Deferrals for Sink<'_> {
         if code == Some(crate::error::LIMIT_EXCEEDED) {
             self.limited += 1;
         }
-        if let Some(l) = self.local {
+        if let Some(l) = &self.fixed.local {
             l.call(metric, self.transport, code);
         }
     }
 
     fn local(&self) -> Option<&Local> {
-        self.local
+        self.fixed.local.as_ref()
     }
 
     fn limited(&mut self, limited: Limited) {
@@ -418,7 +435,8 @@ pub(crate) struct Pending {
     /// that otherwise only read).
     spares: std::cell::RefCell<Spares>,
     pool: Arc<Pool>,
-    reply_to: Arc<ReplyTo>,
+    /// The completion queue's sender, the limits, the metrics shard.
+    fixed: Fixed,
     done: Receiver<Done>,
     /// (deadline, connection, generation, slot)
     timers: BinaryHeap<Reverse<(Instant, usize, u64, u64)>>,
@@ -428,12 +446,8 @@ pub(crate) struct Pending {
     dead_timers: std::cell::Cell<usize>,
     /// The elements of the frame being answered (reused between frames).
     elems: Vec<Elem>,
-    timeout: Option<Duration>,
     batch_concurrency: usize,
-    max_response_bytes: usize,
     hooks: Option<Arc<dyn Hooks>>,
-    /// This reactor's metrics shard, if metrics are on.
-    local: Option<Local>,
     access_log: Option<Arc<crate::access_log::AccessLog>>,
 }
 
@@ -459,16 +473,19 @@ impl Pending {
         Self {
             spares: std::cell::RefCell::default(),
             pool,
-            reply_to,
+            fixed: Fixed {
+                reply_to,
+                timeout: config.request_timeout,
+                max_response_bytes: config.max_response_bytes,
+                keep_methods: engine.hooks().is_some() || engine.access_log().is_some(),
+                local: engine.metrics().map(crate::metrics::Metrics::claim),
+            },
             done,
             timers: BinaryHeap::new(),
             dead_timers: std::cell::Cell::new(0),
             elems: Vec::new(),
-            timeout: config.request_timeout,
             batch_concurrency: settings.batch_concurrency,
-            max_response_bytes: config.max_response_bytes,
             hooks: engine.hooks().cloned(),
-            local: engine.metrics().map(crate::metrics::Metrics::claim),
             access_log: engine.access_log().cloned(),
         }
     }
@@ -488,7 +505,7 @@ impl Pending {
 
     /// This reactor's metrics shard, if metrics are on.
     pub(crate) fn metrics(&self) -> Option<&Local> {
-        self.local.as_ref()
+        self.fixed.local.as_ref()
     }
 
     /// The sink for a frame of connection `conn` that will get slot `slot` if anything
@@ -503,21 +520,17 @@ impl Pending {
         self.elems.clear();
         Sink {
             elems: &mut self.elems,
-            reply_to: &self.reply_to,
+            fixed: &self.fixed,
             tag: Tag {
                 conn,
                 generation,
                 slot,
                 element: 0,
             },
-            timeout: self.timeout,
             taken_at: None,
-            max: self.max_response_bytes,
-            hooks: self.hooks.is_some() || self.access_log.is_some(),
             answered: 0,
             limited: 0,
             retry_after: None,
-            local: self.local.as_ref(),
             transport,
         }
     }
@@ -572,7 +585,7 @@ impl Pending {
             on_pool: 0,
             started: Instant::now(),
             conn: *info,
-            inflight: self.local.as_ref().map(|l| l.inflight(remaining)),
+            inflight: self.fixed.local.as_ref().map(|l| l.inflight(remaining)),
             trace,
             identity: identity.filter(|_| self.access_log.is_some()),
             key: conn,
@@ -620,7 +633,7 @@ impl Pending {
                     slot: slot.id,
                     element: i as u32,
                 },
-                reply_to: Arc::clone(&self.reply_to),
+                reply_to: Arc::clone(&self.fixed.reply_to),
                 deadline: slot.elems[i].deadline,
                 dedup: *dedup,
                 trace: slot.trace,
@@ -653,7 +666,7 @@ impl Pending {
     /// Clears the wake-up flag: completions from now on wake the reactor again. Call
     /// before draining the completions.
     pub(crate) fn rearm(&self) {
-        self.reply_to.woken.store(false, Ordering::Release);
+        self.fixed.reply_to.woken.store(false, Ordering::Release);
     }
 
     /// The next completion, if any.
@@ -661,7 +674,7 @@ impl Pending {
         if let Ok(done) = self.done.try_recv() {
             return Some(done);
         }
-        let r = &self.reply_to;
+        let r = &self.fixed.reply_to;
         if !r.overflowed.load(Ordering::Acquire) {
             return None;
         }
@@ -691,15 +704,15 @@ impl Pending {
             element,
         } = done.tag;
         let Some(s) = find(conn, generation, slot) else {
-            self.reply_to.recycle(done.reply);
+            self.fixed.reply_to.recycle(done.reply);
             return Completed::Dropped;
         };
         let Some(e) = s.elems.get_mut(element as usize) else {
-            self.reply_to.recycle(done.reply);
+            self.fixed.reply_to.recycle(done.reply);
             return Completed::Dropped;
         };
         if e.state != ElemState::Running {
-            self.reply_to.recycle(done.reply);
+            self.fixed.reply_to.recycle(done.reply);
             return Completed::Dropped;
         }
         e.state = ElemState::Done;
@@ -714,7 +727,7 @@ impl Pending {
             &done.reply,
             id.as_ref().map(OwnedId::as_id),
         );
-        self.reply_to.recycle(done.reply);
+        self.fixed.reply_to.recycle(done.reply);
         self.submit(s, conn, generation);
         if s.remaining == 0 {
             self.dead_timers
@@ -763,7 +776,7 @@ impl Pending {
         if slot.ready {
             return;
         }
-        let ms = self.timeout.unwrap_or_default().as_millis();
+        let ms = self.fixed.timeout.unwrap_or_default().as_millis();
         let now = Instant::now();
         for i in 0..slot.elems.len() {
             if slot.elems[i].state == ElemState::Done {
@@ -779,7 +792,7 @@ impl Pending {
             }
             slot.remaining -= 1;
             slot.elems[i].state = ElemState::Done;
-            if let Some(l) = &self.local {
+            if let Some(l) = &self.fixed.local {
                 l.event(Event::DeadlineExceeded);
             }
             let mut err = Vec::new();
@@ -812,7 +825,7 @@ impl Pending {
         if let Some(f) = &mut slot.inflight {
             f.done();
         }
-        if let (Some(l), Some(e)) = (&self.local, slot.elems.get(i)) {
+        if let (Some(l), Some(e)) = (&self.fixed.local, slot.elems.get(i)) {
             l.call_took(
                 e.metric,
                 slot.conn.transport(),
@@ -914,7 +927,7 @@ mod tests {
         let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).unwrap());
         let pending = Pending::new(pool, waker, &engine, &ServerConfig::default());
         let n = COMPLETIONS + 1000;
-        let completer = Arc::clone(&pending.reply_to);
+        let completer = Arc::clone(&pending.fixed.reply_to);
         let t = std::thread::spawn(move || {
             for i in 0..n {
                 let tag = Tag {
@@ -932,6 +945,6 @@ mod tests {
             assert!(!std::mem::replace(&mut seen[done.tag.conn], true));
         }
         assert!(seen.iter().all(|s| *s), "a completion was lost");
-        assert!(!pending.reply_to.overflowed.load(Ordering::Acquire));
+        assert!(!pending.fixed.reply_to.overflowed.load(Ordering::Acquire));
     }
 }
