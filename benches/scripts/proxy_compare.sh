@@ -80,6 +80,21 @@ LOADS=${LOADS:-16x1 16x16}
 CONTENDERS=${CONTENDERS:-direct nginx haproxy ringrpc direct-tcp ringrpc-tcp}
 PROXY_ARGS=${PROXY_ARGS:-}
 
+# nginx and HAProxy from Debian's packages, installed when missing (their services are
+# stopped: the script runs its own instances in the foreground).
+if { [[ " $CONTENDERS " == *" nginx "* ]] && [ ! -x "$NGINX" ]; } ||
+   { [[ " $CONTENDERS " == *" haproxy "* ]] && [ ! -x "$HAPROXY" ]; }; then
+  if command -v apt-get >/dev/null; then
+    sudo=""; [ "$(id -u)" -ne 0 ] && sudo=sudo
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx haproxy >&2 || true
+    $sudo service nginx stop >/dev/null 2>&1 || true
+    $sudo service haproxy stop >/dev/null 2>&1 || true
+    NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+    HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
+  fi
+fi
+[[ " $CONTENDERS " == *" nginx "* ]] || NGINX=/bin/true
+[[ " $CONTENDERS " == *" haproxy "* ]] || HAPROXY=/bin/true
 for b in "$PROXY" "$SERVER" "$FLOOR" "$LOADGEN" "$NGINX" "$HAPROXY"; do
   [ -x "$b" ] || { echo "proxy_compare: missing binary $b (see the top of this script)" >&2; exit 2; }
 done
