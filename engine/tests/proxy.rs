@@ -334,25 +334,31 @@ fn routes_choose_the_group_and_notifications_are_forwarded_unanswered() {
     b.stop();
 }
 
-/// A fake upstream: accepts connections and runs `each` on every request line.
-fn fake_upstream(each: fn(&str, &mut TcpStream) -> bool) -> SocketAddr {
+/// Accepts connections on a free port, serving each with `serve` on a thread of its own.
+fn listen(serve: impl Fn(TcpStream) + Clone + Send + 'static) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(conn) = conn else { return };
-            std::thread::spawn(move || {
-                let mut w = conn.try_clone().unwrap();
-                for line in BufReader::new(conn).lines() {
-                    let Ok(line) = line else { return };
-                    if !each(&line, &mut w) {
-                        return;
-                    }
-                }
-            });
+            let serve = serve.clone();
+            std::thread::spawn(move || serve(conn));
         }
     });
     addr
+}
+
+/// A fake upstream: accepts connections and runs `each` on every request line.
+fn fake_upstream(each: fn(&str, &mut TcpStream) -> bool) -> SocketAddr {
+    listen(move |conn| {
+        let mut w = conn.try_clone().unwrap();
+        for line in BufReader::new(conn).lines() {
+            let Ok(line) = line else { return };
+            if !each(&line, &mut w) {
+                return;
+            }
+        }
+    })
 }
 
 fn error_of(v: &Value) -> (i64, &str) {
@@ -720,46 +726,38 @@ fn idempotent_calls_fail_over_and_others_never_run_twice() {
 /// A fake HTTP/1.1 upstream: for each request (its number on the connection and its
 /// body), `answer` gives the status line's code, the body, and whether to close.
 fn fake_http(answer: fn(usize, &Value) -> (u16, String, bool)) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(conn) = conn else { return };
-            std::thread::spawn(move || {
-                let mut w = conn.try_clone().unwrap();
-                let mut r = BufReader::new(conn);
-                for n in 0.. {
-                    let mut length = 0;
-                    loop {
-                        let mut line = String::new();
-                        if r.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        let lower = line.to_ascii_lowercase();
-                        if let Some(v) = lower.strip_prefix("content-length:") {
-                            length = v.trim().parse().unwrap();
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                    }
-                    let mut body = vec![0; length];
-                    std::io::Read::read_exact(&mut r, &mut body).unwrap();
-                    let request: Value = serde_json::from_slice(&body).unwrap();
-                    let (status, reply, close) = answer(n, &request);
-                    let head = format!(
-                        "HTTP/1.1 {status} X\r\nContent-Length: {}\r\n{}\r\n",
-                        reply.len(),
-                        if close { "Connection: close\r\n" } else { "" }
-                    );
-                    if w.write_all(format!("{head}{reply}").as_bytes()).is_err() || close {
-                        return;
-                    }
+    listen(move |conn| {
+        let mut w = conn.try_clone().unwrap();
+        let mut r = BufReader::new(conn);
+        for n in 0.. {
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 {
+                    return;
                 }
-            });
+                let lower = line.to_ascii_lowercase();
+                if let Some(v) = lower.strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap();
+                }
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            let mut body = vec![0; length];
+            std::io::Read::read_exact(&mut r, &mut body).unwrap();
+            let request: Value = serde_json::from_slice(&body).unwrap();
+            let (status, reply, close) = answer(n, &request);
+            let head = format!(
+                "HTTP/1.1 {status} X\r\nContent-Length: {}\r\n{}\r\n",
+                reply.len(),
+                if close { "Connection: close\r\n" } else { "" }
+            );
+            if w.write_all(format!("{head}{reply}").as_bytes()).is_err() || close {
+                return;
+            }
         }
-    });
-    addr
+    })
 }
 
 #[test]

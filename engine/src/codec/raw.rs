@@ -120,28 +120,36 @@ mod tests {
     use super::*;
     use simd_json::{Buffers, Tape, INPUT_PADDING};
 
-    /// Every container in `json` maps back to exactly its own text.
-    fn check(json: &str) {
-        let frame = json.as_bytes();
+    /// Parses `frame` (a copy of it) and runs `f` over its `RawCtx`.
+    fn with_ctx<R>(frame: &[u8], f: impl FnOnce(RawCtx<'_>) -> R) -> R {
         let mut copy = frame.to_vec();
         copy.resize(frame.len() + INPUT_PADDING, b' ');
         let mut buffers = Buffers::default();
         let mut tape = Tape(Vec::new());
         simd_json::fill_tape_padded(&mut copy, frame.len(), &mut buffers, &mut tape).unwrap();
-        let ctx = RawCtx {
+        f(RawCtx {
             frame,
             structurals: buffers.structural_indexes(),
             root: &tape.0,
-        };
+        })
+    }
+
+    /// Every container in `json` maps back to exactly its own text.
+    fn check(json: &str) {
+        with_ctx(json.as_bytes(), |ctx| check_ctx(ctx, json));
+    }
+
+    fn check_ctx(ctx: RawCtx<'_>, json: &str) {
+        let tape = ctx.root;
         let mut containers = 0;
-        for (i, node) in tape.0.iter().enumerate() {
+        for (i, node) in tape.iter().enumerate() {
             if let Node::Array { count, .. } | Node::Object { count, .. } = node {
-                let text = ctx.container_text(&tape.0[i..i + count + 1]).unwrap();
+                let text = ctx.container_text(&tape[i..i + count + 1]).unwrap();
                 let want: serde_json::Value = serde_json::from_slice(text).unwrap();
                 let text = String::from_utf8_lossy(text);
                 // The range parses to the same value the tape holds.
                 let mut out = Vec::new();
-                crate::serializer::json::write_value(&mut out, &tape.0[i..i + count + 1]);
+                crate::serializer::json::write_value(&mut out, &tape[i..i + count + 1]);
                 let got: serde_json::Value = serde_json::from_slice(&out).unwrap();
                 assert_eq!(got, want, "{text}");
                 containers += 1;
@@ -163,16 +171,10 @@ mod tests {
     /// Parses `frame` and gives the text `value_text` finds for each value that is not
     /// an object's key, in tape order.
     fn value_texts(frame: &[u8]) -> Vec<String> {
-        let mut copy = frame.to_vec();
-        copy.resize(frame.len() + INPUT_PADDING, b' ');
-        let mut buffers = Buffers::default();
-        let mut tape = Tape(Vec::new());
-        simd_json::fill_tape_padded(&mut copy, frame.len(), &mut buffers, &mut tape).unwrap();
-        let ctx = RawCtx {
-            frame,
-            structurals: buffers.structural_indexes(),
-            root: &tape.0,
-        };
+        with_ctx(frame, value_texts_of)
+    }
+
+    fn value_texts_of(ctx: RawCtx<'_>) -> Vec<String> {
         let mut texts = Vec::new();
         // Walk values only: an object's members are (key, value) pairs, and keys are
         // skipped by stepping over them.
@@ -198,7 +200,7 @@ mod tests {
             }
             k
         }
-        visit(&ctx, &tape.0, 0, &mut texts);
+        visit(&ctx, ctx.root, 0, &mut texts);
         texts
     }
 
