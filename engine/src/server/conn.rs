@@ -119,6 +119,9 @@ pub(crate) struct Conn {
     pub(crate) broken: bool,
     /// The peer closed its sending side (read returned end of stream).
     pub(crate) peer_eof: bool,
+    /// An event reported the peer's close (or an error): reads go on to the end of
+    /// stream, instead of stopping at a short read.
+    pub(crate) hup: bool,
     /// Closing gracefully: our side is shut down and unread input is discarded until
     /// the peer closes or this passes (see [`Conn::finished`]).
     pub(crate) linger_until: Option<Instant>,
@@ -153,6 +156,7 @@ impl Conn {
             read_closed: false,
             broken: false,
             peer_eof: false,
+            hup: false,
             linger_until: None,
             held: false,
             _open: open,

@@ -264,6 +264,9 @@ fn serve(parts: Parts) -> io::Result<()> {
                 Token(t) if t >= CONN0 => {
                     let key = t - CONN0;
                     if let Some(conn) = conns.get_mut(key) {
+                        if ev.is_read_closed() || ev.is_error() {
+                            conn.hup = true;
+                        }
                         if drive(&mut ctx, conn, key) {
                             again_next.push((key, conn.generation));
                         }
@@ -609,6 +612,14 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
                 // Answers accumulate and leave in one write below: fewer, larger
                 // segments for both ends.
                 decode(ctx, conn, key, Some(high_water));
+                // A read shorter than asked emptied the socket, and edge-triggered
+                // readiness reports any byte arriving after it: reading on until
+                // `WouldBlock` would cost a read(2) per wake-up for nothing. Unless
+                // the peer closed: its end of stream must still be read.
+                if n < READ_CHUNK && !conn.hup {
+                    dry = true;
+                    break;
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 dry = true;
