@@ -46,11 +46,20 @@ struct Args {
     idempotent: Vec<String>,
     /// Hedge idempotent calls: one unanswered after MS is also sent to another upstream
     /// of its group; the first answer wins.
-    #[arg(long, value_name = "MS")]
+    #[arg(long, value_name = "MS", conflicts_with = "hedge_quantile")]
     hedge_after_ms: Option<u64>,
-    /// The largest fraction of idempotent calls hedged (with --hedge-after-ms).
+    /// Hedge idempotent calls after the Q quantile (e.g. 0.95) of their group's
+    /// upstream answer times over the last second, instead of a fixed delay.
+    #[arg(long, value_name = "Q", value_parser = quantile)]
+    hedge_quantile: Option<f64>,
+    /// The largest fraction of idempotent calls hedged (with --hedge-after-ms or
+    /// --hedge-quantile).
     #[arg(long, value_name = "FRACTION", default_value_t = 0.1)]
     hedge_max: f64,
+    /// Probe upstream connections idle this long (0: never); one that does not answer
+    /// in time is taken out until it answers again.
+    #[arg(long, value_name = "MS")]
+    health_interval_ms: Option<u64>,
     /// Do not let identical in-flight calls to idempotent methods share one upstream
     /// call.
     #[arg(long)]
@@ -150,6 +159,12 @@ fn proxy(a: &Args) -> Result<Proxy, String> {
     if let Some(ms) = a.hedge_after_ms {
         b.hedge(Duration::from_millis(ms), a.hedge_max);
     }
+    if let Some(q) = a.hedge_quantile {
+        b.hedge_quantile(q, a.hedge_max);
+    }
+    if let Some(ms) = a.health_interval_ms {
+        b.health_interval(Duration::from_millis(ms));
+    }
     if a.no_coalesce {
         b.coalesce(false);
     }
@@ -241,5 +256,13 @@ fn main() -> ExitCode {
             eprintln!("proxy: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// A quantile: a number from 0 to 1.
+fn quantile(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(q) if (0.0..=1.0).contains(&q) => Ok(q),
+        _ => Err(format!("{s:?} is not a quantile (a number from 0 to 1)")),
     }
 }

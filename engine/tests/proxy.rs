@@ -1068,3 +1068,114 @@ fn slow_idempotent_calls_are_hedged_within_the_budget() {
         good.stop();
     }
 }
+
+/// Active health checks: an idle upstream that accepts connections but answers
+/// nothing is found by its unanswered probe and taken out before any call goes to it;
+/// one that answers probes (with -32601: any JSON-RPC answer will do) stays in. With
+/// the checks off, the hung one stays in.
+#[test]
+fn idle_upstreams_are_probed_and_a_hung_one_taken_out() {
+    for checks in [true, false] {
+        let good = Served::start(demo::engine(Config::default()), ServerConfig::default());
+        let hung = fake_upstream(|_, _| true);
+        let mut b = Proxy::builder();
+        b.upstream("default", &format!("tcp://{hung}"))
+            .upstream("default", &format!("tcp://{}", good.tcp))
+            .upstream("marker", &format!("tcp://{}", good.tcp))
+            .route("ping", "marker")
+            .connections(1)
+            .timeout(Duration::from_millis(300))
+            .health_interval(if checks {
+                Duration::from_millis(100)
+            } else {
+                Duration::ZERO
+            });
+        let proxy = b.start().unwrap();
+        let front = served_proxy(&proxy, Config::default());
+        // No call at all: only the probes can tell.
+        std::thread::sleep(Duration::from_millis(700));
+        let up = |url: String| {
+            scraped(
+                front.http,
+                &format!("ringrpc_proxy_upstream_up{{upstream=\"{url}\"}}"),
+            )
+            .unwrap()
+        };
+        assert_eq!(up(format!("tcp://{}", good.tcp)), 1.0, "checks {checks}");
+        assert_eq!(up(format!("tcp://{hung}")), if checks { 0.0 } else { 1.0 });
+        let add = r#"{"jsonrpc":"2.0","method":"add","params":[1,2],"id":1}"#;
+        let answered = (0..6)
+            .filter(|_| tcp_answers(front.tcp, add)[0]["result"] == 3)
+            .count();
+        if checks {
+            assert_eq!(answered, 6, "every call goes to the upstream that serves");
+        } else {
+            assert!(answered < 6, "calls are sent to the hung upstream");
+        }
+        front.stop();
+        drop(proxy);
+        good.stop();
+    }
+}
+
+/// Set by the test below: the flaky upstream stops answering `add`.
+static STALL_ADD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Hedging after a latency quantile: once a window of answers has measured the
+/// group's upstream times, calls slower than its quantile are hedged to the other
+/// upstream; without hedging, the same calls time out.
+#[test]
+fn hedging_after_a_measured_quantile() {
+    for hedge in [true, false] {
+        STALL_ADD.store(false, Ordering::SeqCst);
+        let good = Served::start(demo::engine(Config::default()), ServerConfig::default());
+        let flaky = fake_upstream(|line, w| {
+            let v: Value = serde_json::from_str(line).unwrap();
+            if v["method"] == "add" && STALL_ADD.load(Ordering::SeqCst) {
+                return true;
+            }
+            let answer = json!({"jsonrpc": "2.0", "id": v["id"], "result": 3});
+            w.write_all(format!("{answer}\n").as_bytes()).is_ok()
+        });
+        let mut b = Proxy::builder();
+        b.upstream("default", &format!("tcp://{flaky}"))
+            .upstream("default", &format!("tcp://{}", good.tcp))
+            .upstream("marker", &format!("tcp://{}", good.tcp))
+            .route("ping", "marker")
+            .idempotent("add")
+            .coalesce(false)
+            .connections(1)
+            .health_interval(Duration::ZERO)
+            .timeout(Duration::from_millis(400));
+        if hedge {
+            b.hedge_quantile(0.9, 1.0);
+        }
+        let proxy = b.start().unwrap();
+        let front = served_proxy(&proxy, Config::default());
+        let add = r#"{"jsonrpc":"2.0","method":"add","params":[1,2],"id":1}"#;
+        // A window of fast answers from both upstreams measures the group.
+        for _ in 0..40 {
+            assert_eq!(tcp_answers(front.tcp, add)[0]["result"], 3);
+        }
+        std::thread::sleep(Duration::from_millis(1100));
+        STALL_ADD.store(true, Ordering::SeqCst);
+        // Fewer calls to the flaky one than the breaker needs to take it out.
+        let failed = (0..4)
+            .filter(|_| tcp_answers(front.tcp, add)[0]["result"] != 3)
+            .count();
+        let hedged = scraped(front.http, "ringrpc_proxy_hedged_total").unwrap();
+        if hedge {
+            assert_eq!(failed, 0, "slow calls are answered by the other upstream");
+            assert!(hedged >= 1.0, "{hedged}");
+        } else {
+            assert!(
+                failed >= 1,
+                "without hedging, calls to the stalled one time out"
+            );
+            assert_eq!(hedged, 0.0);
+        }
+        front.stop();
+        drop(proxy);
+        good.stop();
+    }
+}

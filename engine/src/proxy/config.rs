@@ -43,6 +43,8 @@ struct File {
     max_answer_bytes: Option<usize>,
     hedge_after_ms: Option<u64>,
     hedge_max: Option<f64>,
+    hedge_quantile: Option<f64>,
+    health_interval_ms: Option<u64>,
     #[serde(default)]
     idempotent: Vec<String>,
     #[serde(default)]
@@ -100,8 +102,27 @@ impl ProxyBuilder {
         if let Some(n) = f.max_answer_bytes {
             self.max_answer_bytes(n);
         }
-        if let Some(ms) = f.hedge_after_ms {
-            self.hedge(Duration::from_millis(ms), f.hedge_max.unwrap_or(0.1));
+        match (f.hedge_after_ms, f.hedge_quantile) {
+            (Some(_), Some(_)) => {
+                return Err(ProxyError::Config(
+                    "hedge_after_ms and hedge_quantile: give one or the other".into(),
+                ))
+            }
+            (Some(ms), None) => {
+                self.hedge(Duration::from_millis(ms), f.hedge_max.unwrap_or(0.1));
+            }
+            (None, Some(q)) if (0.0..=1.0).contains(&q) => {
+                self.hedge_quantile(q, f.hedge_max.unwrap_or(0.1));
+            }
+            (None, Some(q)) => {
+                return Err(ProxyError::Config(format!(
+                    "hedge_quantile = {q}: a quantile is between 0 and 1"
+                )))
+            }
+            (None, None) => {}
+        }
+        if let Some(ms) = f.health_interval_ms {
+            self.health_interval(Duration::from_millis(ms));
         }
         for p in &f.idempotent {
             self.idempotent(p);
@@ -129,6 +150,8 @@ mod tests {
             connections = 3
             upstream_timeout_ms = 500
             coalesce = false
+            hedge_quantile = 0.95
+            health_interval_ms = 0
             idempotent = ["get_*"]
             [[upstream]]
             group = "default"
@@ -150,6 +173,20 @@ mod tests {
         assert_eq!(b.routes, [("b_*".to_owned(), "b".to_owned())]);
         assert!(!b.coalesce);
         assert_eq!(b.cache.len(), 1);
+        assert_eq!(
+            b.hedge,
+            Some((super::super::HedgeAfter::Quantile(0.95), 0.1))
+        );
+        assert_eq!(b.health, None, "0 turns health checks off");
+        let mut b = Proxy::builder();
+        let e = b.toml("hedge_quantile = 95").unwrap_err().to_string();
+        assert!(e.contains("between 0 and 1"), "{e}");
+        let mut b = Proxy::builder();
+        let e = b
+            .toml("hedge_quantile = 0.9\nhedge_after_ms = 5")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("one or the other"), "{e}");
         let mut b = Proxy::builder();
         let e = b.toml("conections = 3").unwrap_err().to_string();
         assert!(e.contains("conections"), "{e}");

@@ -139,8 +139,10 @@ pub(crate) struct Shared {
     coalesce: bool,
     /// Calls sent upstream that identical ones wait on.
     pub(crate) inflight: share::InFlight,
-    /// Hedging: (delay, the largest fraction of idempotent calls hedged).
-    pub(crate) hedge: Option<(Duration, f64)>,
+    /// Hedging: (when, the largest fraction of idempotent calls hedged).
+    pub(crate) hedge: Option<(HedgeAfter, f64)>,
+    /// How often idle upstream connections are probed (`None`: never).
+    pub(crate) health: Option<Duration>,
     /// Copies sent by hedging, and idempotent calls forwarded (counted with hedging on).
     pub(crate) hedged: AtomicU64,
     pub(crate) forwarded: AtomicU64,
@@ -385,6 +387,15 @@ impl Shared {
     }
 }
 
+/// When an unanswered idempotent call is hedged.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum HedgeAfter {
+    /// After a fixed delay.
+    Fixed(Duration),
+    /// After this quantile (0 to 1) of its group's recent upstream times.
+    Quantile(f64),
+}
+
 /// What the key of a call being forwarded decided.
 enum Keying {
     /// Send it upstream, keyed.
@@ -438,7 +449,8 @@ pub struct ProxyBuilder {
     routes: Vec<(String, String)>,
     idempotent: Vec<String>,
     coalesce: bool,
-    hedge: Option<(Duration, f64)>,
+    hedge: Option<(HedgeAfter, f64)>,
+    health: Option<Duration>,
     cache: Vec<(String, Duration)>,
     cache_bytes: usize,
     connections: usize,
@@ -488,7 +500,33 @@ impl ProxyBuilder {
     /// forwarded are hedged, so a slow group is not sent twice its load. The delay is
     /// checked on the upstream thread's 20 ms tick. Off by default.
     pub fn hedge(&mut self, after: Duration, max_fraction: f64) -> &mut Self {
-        self.hedge = Some((after, max_fraction.clamp(0.0, 1.0)));
+        self.hedge = Some((HedgeAfter::Fixed(after), max_fraction.clamp(0.0, 1.0)));
+        self
+    }
+
+    /// Hedges idempotent calls as [`ProxyBuilder::hedge`] does, after a delay that
+    /// follows the upstreams: the `quantile` (0 to 1, e.g. 0.95) of the times its
+    /// group's upstreams took to answer over the last second (from the
+    /// `ringrpc_proxy_upstream_seconds` histograms, interpolated within their buckets),
+    /// recomputed every second once at least 20 answers were seen in it; until the
+    /// first such second, a group's calls are not hedged.
+    pub fn hedge_quantile(&mut self, quantile: f64, max_fraction: f64) -> &mut Self {
+        self.hedge = Some((
+            HedgeAfter::Quantile(quantile.clamp(0.0, 1.0)),
+            max_fraction.clamp(0.0, 1.0),
+        ));
+        self
+    }
+
+    /// Probes every upstream connection that answered nothing for `interval` and has
+    /// no call outstanding (a `rpc.proxy.health` call: any JSON-RPC answer, an error
+    /// included, proves the upstream serves); one not answered within `interval` (at
+    /// most 2 s) takes the upstream out until a new connection answers a probe, so a
+    /// hung upstream is found before calls are sent to it. Default 5 s;
+    /// `Duration::ZERO` turns it off. (Connections with calls outstanding are watched
+    /// by the timeouts instead: 3 in a row take the upstream out.)
+    pub fn health_interval(&mut self, interval: Duration) -> &mut Self {
+        self.health = (!interval.is_zero()).then_some(interval);
         self
     }
 
@@ -604,6 +642,7 @@ impl ProxyBuilder {
             idempotent: Rules::new(self.idempotent.iter().map(|p| (Pattern::parse(p), ()))),
             coalesce: self.coalesce,
             hedge: self.hedge,
+            health: self.health,
             hedged: AtomicU64::new(0),
             forwarded: AtomicU64::new(0),
             inflight: share::InFlight::default(),
@@ -662,6 +701,7 @@ impl Proxy {
             idempotent: Vec::new(),
             coalesce: true,
             hedge: None,
+            health: Some(Duration::from_secs(5)),
             cache: Vec::new(),
             cache_bytes: 64 << 20,
             connections: 2,
@@ -684,7 +724,8 @@ impl Proxy {
     /// `ringrpc_proxy_send_seconds` (forward → bytes taken for the upstream socket) and
     /// `ringrpc_proxy_upstream_seconds` (then → answer read). What the proxy adds to a
     /// call is the server's `ringrpc_request_duration_seconds{method="fallback"}` less
-    /// the upstream time.
+    /// the upstream time. Also `ringrpc_proxy_hedged_total` and, per upstream,
+    /// `ringrpc_proxy_upstream_up` (1 while calls are sent to it).
     pub fn export_metrics(&self, metrics: &crate::metrics::Metrics) {
         let shared = Arc::clone(&self.shared);
         metrics.add_section(move |out| {
@@ -699,6 +740,21 @@ impl Proxy {
                     shared.hedged.load(Ordering::Relaxed)
                 ),
             );
+            out.push_str(
+                "# HELP ringrpc_proxy_upstream_up Whether calls are sent to the upstream: 1 while a connection to it is up (not refused, not failing its health probes).\n\
+                 # TYPE ringrpc_proxy_upstream_up gauge\n",
+            );
+            for (u, up) in shared.upstreams.iter().enumerate() {
+                let on = shared
+                    .lanes
+                    .iter()
+                    .any(|l| l.upstream == u && l.up.load(Ordering::Relaxed));
+                let url = up.url.replace('\\', "\\\\").replace('"', "\\\"");
+                let _ = std::fmt::Write::write_fmt(
+                    out,
+                    format_args!("ringrpc_proxy_upstream_up{{upstream=\"{url}\"}} {}\n", u8::from(on)),
+                );
+            }
         });
     }
 

@@ -95,6 +95,16 @@ impl Timings {
         }
     }
 
+    /// Adds upstream `u`'s counts of upstream times, per bucket (not cumulative), to
+    /// `into`.
+    pub(crate) fn add_upstream_counts(&self, u: usize, into: &mut [u64; DURATION_BUCKETS]) {
+        if let Some(h) = self.upstreams.get(u) {
+            for (sum, b) in into.iter_mut().zip(&h.upstream.buckets) {
+                *sum = sum.wrapping_add(b.load(Relaxed));
+            }
+        }
+    }
+
     /// Both histograms of every upstream (named by `urls`), in the Prometheus text format.
     pub(crate) fn render(&self, urls: &[&str], out: &mut String) {
         for (name, help, pick) in [
@@ -119,9 +129,58 @@ impl Timings {
     }
 }
 
+/// The `q` quantile (0 to 1) of the durations counted in `counts` (per bucket, not
+/// cumulative), interpolated linearly within its bucket; `None` with fewer than `min`
+/// of them. In the last bucket (over 10 s) it is its lower bound.
+pub(crate) fn quantile(counts: &[u64; DURATION_BUCKETS], q: f64, min: u64) -> Option<Duration> {
+    let total: u64 = counts.iter().sum();
+    if total < min.max(1) {
+        return None;
+    }
+    // The rank of the observation wanted, 1-based.
+    let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
+    let mut below = 0;
+    for (b, &n) in counts.iter().enumerate() {
+        if below + n >= rank {
+            let low = if b == 0 { 0.0 } else { DURATION_BOUNDS[b - 1] };
+            let Some(&high) = DURATION_BOUNDS.get(b) else {
+                return Some(Duration::from_secs_f64(low));
+            };
+            let within = (rank - below) as f64 / n as f64;
+            return Some(Duration::from_secs_f64(low + (high - low) * within));
+        }
+        below += n;
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quantiles_interpolate_within_buckets() {
+        let mut c = [0u64; DURATION_BUCKETS];
+        assert_eq!(quantile(&c, 0.5, 1), None);
+        // 100 answers in (1 ms, 2.5 ms], 100 in (2.5 ms, 5 ms].
+        let b1 = DURATION_BOUNDS.iter().position(|&b| b == 2.5e-3).unwrap();
+        c[b1] = 100;
+        c[b1 + 1] = 100;
+        assert_eq!(quantile(&c, 0.5, 201), None, "too few");
+        let at = |q| quantile(&c, q, 20).unwrap().as_secs_f64();
+        assert!((at(0.5) - 2.5e-3).abs() < 1e-9, "{}", at(0.5));
+        assert!((at(0.25) - 1.75e-3).abs() < 1e-9, "{}", at(0.25));
+        assert!((at(1.0) - 5e-3).abs() < 1e-9, "{}", at(1.0));
+        assert!(
+            (at(0.0) - (1e-3 + 1.5e-3 / 100.0)).abs() < 1e-9,
+            "{}",
+            at(0.0)
+        );
+        // Beyond the last bound: its lower bound.
+        let mut slow = [0u64; DURATION_BUCKETS];
+        slow[DURATION_BUCKETS - 1] = 30;
+        assert_eq!(quantile(&slow, 0.9, 20), Some(Duration::from_secs(10)));
+    }
 
     #[test]
     fn observations_land_in_cumulative_buckets() {

@@ -15,7 +15,8 @@ use mio::{Events, Interest, Poll, Token};
 
 use super::lane::{Call, Lane};
 use super::share::Answer;
-use super::Shared;
+use super::timing::quantile;
+use super::{HedgeAfter, Shared};
 use crate::client::address::Address;
 use crate::client::http::Decoder as HttpDecoder;
 use crate::codec::raw::RawCtx;
@@ -24,6 +25,7 @@ use crate::codec::tape::members;
 use crate::codec::{Id, LineDecoder};
 use crate::engine::Scratch;
 use crate::error::{Reason, RpcError};
+use crate::metrics::histogram::DURATION_BUCKETS;
 use crate::transport::io::read_into;
 
 /// The waker's token; upstream connection `i` has token `i`.
@@ -44,6 +46,10 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// upstream serves.
 const PROBE: &[u8] = br#""method":"rpc.proxy.health"}
 "#;
+/// The window over which quantile hedging measures its groups' upstream times.
+const HEDGE_WINDOW: Duration = Duration::from_secs(1);
+/// Answers a window needs before its quantile is believed.
+const HEDGE_SAMPLES: u64 = 20;
 /// Bytes asked of each read(2).
 const READ_CHUNK: usize = 64 * 1024;
 /// The deepest nesting accepted in an upstream's answer (the server's default).
@@ -134,6 +140,8 @@ struct Link {
     suspect: bool,
     /// The probe in flight: its private id and deadline.
     probe: Option<(u64, Instant)>,
+    /// `answered` at the last health check.
+    checked: u64,
 }
 
 /// Why a connection is dropped.
@@ -168,6 +176,73 @@ struct Upstreams {
     last_sweep: Instant,
     /// Calls were resent onto other lanes since their bytes were last taken.
     resent: bool,
+    /// When idle connections are next probed (with health checks on).
+    next_health: Instant,
+    hedging: Hedging,
+}
+
+/// Quantile hedging's measure of each group: the delay after which its calls are
+/// hedged, from its upstreams' answer times over the last window.
+struct Hedging {
+    /// The group of each lane.
+    lane_group: Vec<usize>,
+    /// The upstreams of each group.
+    members: Vec<Vec<usize>>,
+    /// Each group's delay (`None`: not measured yet, no hedging).
+    delays: Vec<Option<Duration>>,
+    /// Each group's bucket counts at the window's start.
+    seen: Vec<[u64; DURATION_BUCKETS]>,
+    window: Instant,
+}
+
+impl Hedging {
+    fn new(shared: &Shared) -> Self {
+        let mut lane_group = vec![0; shared.lanes.len()];
+        let mut members = Vec::new();
+        for (g, group) in shared.groups.iter().enumerate() {
+            let mut ups: Vec<usize> = group
+                .lanes
+                .iter()
+                .map(|&i| shared.lanes[i].upstream)
+                .collect();
+            ups.dedup();
+            for &i in &group.lanes {
+                lane_group[i] = g;
+            }
+            members.push(ups);
+        }
+        let n = members.len();
+        Self {
+            lane_group,
+            members,
+            delays: vec![None; n],
+            seen: vec![[0; DURATION_BUCKETS]; n],
+            window: Instant::now(),
+        }
+    }
+
+    /// At the end of a window, each group's delay becomes the `q` quantile of the
+    /// answer times its upstreams counted in it (kept when it counted too few).
+    fn measure(&mut self, shared: &Shared, now: Instant, q: f64) {
+        if now.duration_since(self.window) < HEDGE_WINDOW {
+            return;
+        }
+        self.window = now;
+        for (g, ups) in self.members.iter().enumerate() {
+            let mut counts = [0u64; DURATION_BUCKETS];
+            for &u in ups {
+                shared.timings.add_upstream_counts(u, &mut counts);
+            }
+            let mut window = [0u64; DURATION_BUCKETS];
+            for ((w, c), s) in window.iter_mut().zip(&counts).zip(&self.seen[g]) {
+                *w = c.wrapping_sub(*s);
+            }
+            self.seen[g] = counts;
+            if let Some(d) = quantile(&window, q, HEDGE_SAMPLES) {
+                self.delays[g] = Some(d);
+            }
+        }
+    }
 }
 
 /// Runs the upstream thread until the proxy stops.
@@ -188,8 +263,11 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Poll) {
             stalls: 0,
             suspect: false,
             probe: None,
+            checked: 0,
         })
         .collect();
+    let next_health = Instant::now() + shared.health.unwrap_or_default();
+    let hedging = Hedging::new(&shared);
     let mut up = Upstreams {
         shared,
         poll,
@@ -199,13 +277,20 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Poll) {
         keys: Vec::new(),
         last_sweep: Instant::now(),
         resent: false,
+        next_health,
+        hedging,
     };
     for i in 0..up.links.len() {
         up.connect(i);
     }
     let mut events = Events::with_capacity(1024);
     loop {
-        let timeout = up.needs_ticks().then_some(TICK);
+        // Idle, the loop still wakes for the health checks.
+        let timeout = if up.needs_ticks() {
+            Some(TICK)
+        } else {
+            up.shared.health
+        };
         if let Err(e) = up.poll.poll(&mut events, timeout) {
             if e.kind() != io::ErrorKind::Interrupted {
                 tracing::error!("proxy: polling the upstream connections failed: {e}");
@@ -304,6 +389,7 @@ impl Upstreams {
         link.lines = LineDecoder::new(self.shared.max_answer_bytes);
         link.http = http.then(HttpDecoder::default);
         link.answered = 0;
+        link.checked = 0;
         link.stalls = 0;
         link.probe = None;
         if !link.suspect {
@@ -333,18 +419,44 @@ impl Upstreams {
             link.backoff = FIRST_BACKOFF;
             return;
         }
+        self.probe(i, PROBE_TIMEOUT);
+    }
+
+    /// Sends link `i` a health probe, to be answered within `timeout`.
+    fn probe(&mut self, i: usize, timeout: Duration) {
         let lane = &self.shared.lanes[i];
         let mut q = lane.lock();
         let id = q.next_id();
         q.write(id, PROBE);
         lane.has_out.store(true, Ordering::SeqCst);
-        link.probe = Some((id, Instant::now() + PROBE_TIMEOUT));
+        self.links[i].probe = Some((id, Instant::now() + timeout));
+    }
+
+    /// Probes the open connections that answered nothing since the last check and
+    /// have no call outstanding (one with calls is watched by their timeouts: a slow
+    /// call ahead of a probe must not fail it).
+    fn check_health(&mut self, every: Duration) {
+        for i in 0..self.links.len() {
+            let link = &self.links[i];
+            let idle = self.lane(i).outstanding.load(Ordering::Relaxed) == 0;
+            if link.state == State::Open
+                && link.probe.is_none()
+                && idle
+                && link.answered == link.checked
+            {
+                self.probe(i, every.min(PROBE_TIMEOUT));
+            }
+            let link = &mut self.links[i];
+            link.checked = link.answered;
+        }
     }
 
     /// The probe of link `i` was answered: calls may go there again.
     fn healthy(&mut self, i: usize) {
         let link = &mut self.links[i];
         link.probe = None;
+        // The probe's own answer is no sign of use: the next check probes again.
+        link.checked = link.answered;
         link.suspect = false;
         link.backoff = FIRST_BACKOFF;
         self.lane(i).up.store(true, Ordering::Release);
@@ -580,10 +692,10 @@ impl Upstreams {
 
     /// Sends copies of idempotent calls waiting longer than `after` to other upstreams,
     /// within the budget of `fraction` of the idempotent calls forwarded.
-    fn hedge(&mut self, now: Instant, after: Duration, fraction: f64) {
-        let Some(cutoff) = now.checked_sub(after) else {
-            return;
-        };
+    fn hedge(&mut self, now: Instant, after: HedgeAfter, fraction: f64) {
+        if let HedgeAfter::Quantile(q) = after {
+            self.hedging.measure(&self.shared, now, q);
+        }
         let forwarded = self.shared.forwarded.load(Ordering::Relaxed) as f64;
         let hedged = self.shared.hedged.load(Ordering::Relaxed) as f64;
         let mut budget = (forwarded * fraction - hedged).max(0.0) as usize;
@@ -595,6 +707,13 @@ impl Upstreams {
             if lane.outstanding.load(Ordering::Relaxed) == 0 {
                 continue;
             }
+            let delay = match after {
+                HedgeAfter::Fixed(d) => Some(d),
+                HedgeAfter::Quantile(_) => self.hedging.delays[self.hedging.lane_group[i]],
+            };
+            let Some(cutoff) = delay.and_then(|d| now.checked_sub(d)) else {
+                continue;
+            };
             let mut copies = Vec::new();
             lane.hedge(cutoff, budget, &mut copies);
             budget -= copies.len();
@@ -609,6 +728,12 @@ impl Upstreams {
     fn sweep(&mut self, now: Instant) {
         if let Some((after, fraction)) = self.shared.hedge {
             self.hedge(now, after, fraction);
+        }
+        if let Some(every) = self.shared.health {
+            if now >= self.next_health {
+                self.next_health = now + every;
+                self.check_health(every);
+            }
         }
         for i in 0..self.links.len() {
             let lane = &self.shared.lanes[i];
