@@ -56,6 +56,10 @@ struct Args {
     /// --hedge-quantile).
     #[arg(long, value_name = "FRACTION", default_value_t = 0.1)]
     hedge_max: f64,
+    /// The most elements of a client batch sent upstream in one batch request (1:
+    /// each on its own).
+    #[arg(long, value_name = "N")]
+    batch_max: Option<usize>,
     /// Probe upstream connections idle this long (0: never); one that does not answer
     /// in time is taken out until it answers again.
     #[arg(long, value_name = "MS")]
@@ -161,6 +165,9 @@ fn proxy(a: &Args) -> Result<Proxy, String> {
     }
     if let Some(q) = a.hedge_quantile {
         b.hedge_quantile(q, a.hedge_max);
+    }
+    if let Some(n) = a.batch_max {
+        b.batch_max(n);
     }
     if let Some(ms) = a.health_interval_ms {
         b.health_interval(Duration::from_millis(ms));

@@ -584,6 +584,10 @@ impl Engine {
             }
             Some(&Node::Array { len, .. }) => {
                 defer.batch(len);
+                // Forwarded elements going to one upstream connection are sent there
+                // as one batch, closed when the scope ends.
+                #[cfg(feature = "proxy")]
+                let _sub_batches = crate::proxy::sub_batch::Scope::enter();
                 let mut batch = BatchWriter::begin(out, max);
                 let mut later = 0;
                 for (i, elem) in elements(nodes).enumerate() {

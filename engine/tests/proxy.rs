@@ -375,11 +375,9 @@ fn upstream_failures_are_answered_and_the_proxy_lives() {
     let stall = fake_upstream(|_, _| true);
     // Answers every request with a line that is not JSON.
     let garbage = fake_upstream(|_, w| w.write_all(b"this is not JSON\n").is_ok());
-    // Closes the connection on the third request, answering none.
-    let closes = fake_upstream(|_, _| {
-        static SEEN: AtomicUsize = AtomicUsize::new(0);
-        SEEN.fetch_add(1, Ordering::SeqCst) % 3 != 2
-    });
+    // Closes the connection on the first request line (the batch below arrives as one
+    // sub-batch), answering none.
+    let closes = fake_upstream(|_, _| false);
     // Nothing listens here.
     let refused = {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -1178,4 +1176,199 @@ fn hedging_after_a_measured_quantile() {
         drop(proxy);
         good.stop();
     }
+}
+
+/// A line upstream that records every request line it reads and answers each call
+/// with `{"up": NAME, "params": ...}`; a batch is answered as one array, in reverse
+/// order (the spec lets a server answer a batch's elements in any order).
+fn recorder(name: &'static str, lines: Arc<std::sync::Mutex<Vec<String>>>) -> SocketAddr {
+    listen(move |conn| {
+        let mut w = conn.try_clone().unwrap();
+        for line in BufReader::new(conn).lines() {
+            let Ok(line) = line else { return };
+            lines.lock().unwrap().push(line.clone());
+            let v: Value = serde_json::from_str(&line).unwrap();
+            let answer = |req: &Value| {
+                req.get("id").map(|id| {
+                    json!({"jsonrpc": "2.0", "id": id, "result": {"up": name, "params": req["params"]}})
+                })
+            };
+            let out = match &v {
+                Value::Array(reqs) => {
+                    let mut answers: Vec<Value> = reqs.iter().filter_map(answer).collect();
+                    answers.reverse();
+                    (!answers.is_empty()).then_some(Value::Array(answers))
+                }
+                req => answer(req),
+            };
+            if let Some(out) = out {
+                if w.write_all(format!("{out}\n").as_bytes()).is_err() {
+                    return;
+                }
+            }
+        }
+    })
+}
+
+/// A client batch reaches each upstream as one batch request (a sub-batch per
+/// group, notifications included), answered in any order and merged back in the
+/// client's order with the client's own (here colliding) ids; `batch_max` splits
+/// longer ones, and a sub-batch of one goes as a plain request.
+#[test]
+fn batches_go_upstream_as_sub_batches() {
+    let (a_lines, b_lines) = (Arc::default(), Arc::default());
+    let a = recorder("a", Arc::clone(&a_lines));
+    let b = recorder("b", Arc::clone(&b_lines));
+    let marker = Served::start(demo::engine(Config::default()), ServerConfig::default());
+    let start = |max: usize| {
+        let mut p = Proxy::builder();
+        p.upstream("default", &format!("tcp://{a}"))
+            .upstream("b", &format!("tcp://{b}"))
+            .upstream("marker", &format!("tcp://{}", marker.tcp))
+            .route("b_*", "b")
+            .route("ping", "marker")
+            .connections(1)
+            .health_interval(Duration::ZERO)
+            .batch_max(max);
+        p.start().unwrap()
+    };
+    let proxy = start(100);
+    let front = served_proxy(&proxy, Config::default());
+    let batch = r#"[
+        {"jsonrpc":"2.0","method":"a_1","params":[1],"id":1},
+        {"jsonrpc":"2.0","method":"b_1","params":{"k":"v"},"id":"x"},
+        {"jsonrpc":"2.0","method":"a_note","params":[0]},
+        {"jsonrpc":"2.0","method":"a_2","params":[2],"id":1},
+        {"jsonrpc":"2.0","method":"b_2","params":[3],"id":2.5},
+        {"jsonrpc":"2.0","method":"a_3","id":3}
+    ]"#
+    .replace('\n', " ");
+    let answers = tcp_answers(front.tcp, &batch);
+    let got = answers[0].as_array().unwrap();
+    let want = [
+        (json!(1), "a", json!([1])),
+        (json!("x"), "b", json!({"k": "v"})),
+        (json!(1), "a", json!([2])),
+        (json!(2.5), "b", json!([3])),
+        (json!(3), "a", Value::Null),
+    ];
+    assert_eq!(got.len(), want.len(), "{got:?}");
+    for (g, (id, up, params)) in got.iter().zip(want) {
+        assert_eq!(g["id"], id, "{got:?}");
+        assert_eq!(g["result"]["up"], up, "{got:?}");
+        assert_eq!(g["result"]["params"], params, "{got:?}");
+    }
+    let sent = |lines: &Arc<std::sync::Mutex<Vec<String>>>| -> Vec<Value> {
+        let l = std::mem::take(&mut *lines.lock().unwrap());
+        l.iter().map(|s| serde_json::from_str(s).unwrap()).collect()
+    };
+    let to_a = sent(&a_lines);
+    assert_eq!(to_a.len(), 1, "one request to a: {to_a:?}");
+    let methods: Vec<&str> = to_a[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(methods, ["a_1", "a_note", "a_2", "a_3"]);
+    let to_b = sent(&b_lines);
+    assert_eq!(to_b.len(), 1, "{to_b:?}");
+    assert_eq!(to_b[0].as_array().unwrap().len(), 2);
+    front.stop();
+    drop(proxy);
+
+    // At most 3 elements a request: 7 calls go as 3, 3 and a plain request.
+    let proxy = start(3);
+    let front = served_proxy(&proxy, Config::default());
+    let calls: Vec<String> = (0..7)
+        .map(|i| format!(r#"{{"jsonrpc":"2.0","method":"a_x","params":[{i}],"id":{i}}}"#))
+        .collect();
+    let answers = tcp_answers(front.tcp, &format!("[{}]", calls.join(",")));
+    let got = answers[0].as_array().unwrap();
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(g["id"], i, "{got:?}");
+        assert_eq!(g["result"]["params"], json!([i]), "{got:?}");
+    }
+    let to_a = sent(&a_lines);
+    let sizes: Vec<usize> = to_a
+        .iter()
+        .map(|r| r.as_array().map_or(0, Vec::len))
+        .collect();
+    assert_eq!(sizes, [3, 3, 0], "{to_a:?}");
+    assert_eq!(to_a[2]["params"], json!([6]));
+    front.stop();
+    drop(proxy);
+    marker.stop();
+}
+
+/// Over HTTP, a sub-batch is one request: a batch answer is relayed per element, a
+/// call it has no answer for is failed, and an error answering the batch as a whole
+/// (an upstream refusing it) is every element's answer.
+#[test]
+fn http_sub_batches_are_answered_per_element() {
+    let upstream = fake_http(|_, req| {
+        let Some(reqs) = req.as_array() else {
+            let a = json!({"jsonrpc": "2.0", "id": req["id"], "result": "single"});
+            return (200, a.to_string(), false);
+        };
+        let first = reqs[0]["method"].as_str().unwrap_or("");
+        if first.starts_with("whole") {
+            let e = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"batch too large","data":{"max":1}}}"#;
+            return (400, e.to_owned(), false);
+        }
+        let mut answers: Vec<Value> = reqs
+            .iter()
+            .map(|r| json!({"jsonrpc": "2.0", "id": r["id"], "result": r["params"]}))
+            .collect();
+        if first.starts_with("partial") {
+            answers.pop();
+        }
+        (200, Value::Array(answers).to_string(), false)
+    });
+    let mut b = Proxy::builder();
+    b.upstream("default", &format!("http://{upstream}/"))
+        .connections(1)
+        .health_interval(Duration::ZERO)
+        .timeout(Duration::from_secs(5));
+    let proxy = b.start().unwrap();
+    let front = served_proxy(&proxy, Config::default());
+    let batch = |method: &str| {
+        let calls: Vec<String> = (0..3)
+            .map(|i| {
+                format!(r#"{{"jsonrpc":"2.0","method":"{method}","params":[{i}],"id":"c{i}"}}"#)
+            })
+            .collect();
+        let a = tcp_answers(front.tcp, &format!("[{}]", calls.join(",")));
+        a[0].as_array().unwrap().clone()
+    };
+    let all = batch("all");
+    for (i, a) in all.iter().enumerate() {
+        assert_eq!(a["id"], format!("c{i}"));
+        assert_eq!(a["result"], json!([i]), "{all:?}");
+    }
+    let partial = batch("partial");
+    assert_eq!(partial[0]["result"], json!([0]), "{partial:?}");
+    assert_eq!(partial[1]["result"], json!([1]), "{partial:?}");
+    assert_eq!(
+        error_of(&partial[2]),
+        (-32000, "upstream_unavailable"),
+        "{partial:?}"
+    );
+    assert_eq!(partial[2]["id"], "c2");
+    let whole = batch("whole");
+    for (i, a) in whole.iter().enumerate() {
+        assert_eq!(a["id"], format!("c{i}"), "{whole:?}");
+        assert_eq!(a["error"]["code"], -32600, "{whole:?}");
+        assert_eq!(a["error"]["message"], "batch too large");
+        assert_eq!(a["error"]["data"], json!({"max": 1}));
+    }
+    // A single call still goes (and is answered) on its own.
+    let one = tcp_answers(
+        front.tcp,
+        r#"{"jsonrpc":"2.0","method":"one","params":[9],"id":7}"#,
+    );
+    assert_eq!(one[0]["result"], "single");
+    assert_eq!(one[0]["id"], 7);
+    front.stop();
+    drop(proxy);
 }

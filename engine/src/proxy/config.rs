@@ -45,6 +45,7 @@ struct File {
     hedge_max: Option<f64>,
     hedge_quantile: Option<f64>,
     health_interval_ms: Option<u64>,
+    batch_max: Option<usize>,
     #[serde(default)]
     idempotent: Vec<String>,
     #[serde(default)]
@@ -121,6 +122,9 @@ impl ProxyBuilder {
             }
             (None, None) => {}
         }
+        if let Some(n) = f.batch_max {
+            self.batch_max(n);
+        }
         if let Some(ms) = f.health_interval_ms {
             self.health_interval(Duration::from_millis(ms));
         }
@@ -152,6 +156,7 @@ mod tests {
             coalesce = false
             hedge_quantile = 0.95
             health_interval_ms = 0
+            batch_max = 7
             idempotent = ["get_*"]
             [[upstream]]
             group = "default"
@@ -178,6 +183,7 @@ mod tests {
             Some((super::super::HedgeAfter::Quantile(0.95), 0.1))
         );
         assert_eq!(b.health, None, "0 turns health checks off");
+        assert_eq!(b.batch_max, 7);
         let mut b = Proxy::builder();
         let e = b.toml("hedge_quantile = 95").unwrap_err().to_string();
         assert!(e.contains("between 0 and 1"), "{e}");

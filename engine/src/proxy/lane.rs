@@ -149,9 +149,34 @@ pub(crate) struct Queue {
     untaken: usize,
     /// HTTP upstreams: the request head up to its `Content-Length` value.
     http_head: Option<Box<[u8]>>,
-    /// HTTP upstreams: the private ids of the requests written, in order (0 for a
-    /// notification): HTTP/1.1 answers come in that order, whatever their bodies say.
-    pub(crate) fifo: VecDeque<u64>,
+    /// HTTP upstreams: the requests written, in order: HTTP/1.1 answers come in that
+    /// order, whatever their bodies say.
+    pub(crate) fifo: VecDeque<Sent>,
+    /// The sub-batch being written at the end of `out`, if any.
+    open: Option<Open>,
+    /// HTTP: emptied member lists of answered sub-batches, for reuse.
+    spare_members: Vec<Vec<u64>>,
+}
+
+/// An HTTP request written upstream, as its answer will be matched.
+#[derive(Debug)]
+pub(crate) enum Sent {
+    /// A request for the call with this private id (0: a notification).
+    One(u64),
+    /// A sub-batch: the private ids of its calls (not its notifications).
+    Batch(Vec<u64>),
+}
+
+/// A sub-batch being written: the elements of one client batch that go to this lane,
+/// sent upstream as one batch request (see `sub_batch`).
+struct Open {
+    /// The client batch it belongs to.
+    owner: u64,
+    mark: Mark,
+    /// Where its `[` is in `out`.
+    bracket: usize,
+    /// Elements written so far.
+    count: usize,
 }
 
 /// Room for the `Content-Length` value, filled in once the body is written (digits,
@@ -237,7 +262,17 @@ impl Queue {
     /// Starts a request: the HTTP head (for an HTTP upstream) and `{"jsonrpc":"2.0",`
     /// with `"id":ID,` unless it is a notification. The rest (see `write_tail`) follows
     /// in `out`, then [`Queue::end`].
+    /// A sub-batch being written is closed first.
     pub(crate) fn begin(&mut self, id: Option<u64>) -> Mark {
+        self.close();
+        let mark = self.head(Sent::One(id.unwrap_or(0)));
+        self.envelope(id);
+        mark
+    }
+
+    /// For an HTTP upstream, the request head (its length left blank) and `sent` in
+    /// the fifo.
+    fn head(&mut self, sent: Sent) -> Mark {
         let http = self.http_head.as_deref().map(|head| {
             self.out.extend_from_slice(head);
             let length = self.out.len();
@@ -246,9 +281,14 @@ impl Queue {
             (length, self.out.len())
         });
         if http.is_some() {
-            self.fifo.push_back(id.unwrap_or(0));
+            self.fifo.push_back(sent);
             self.untaken += 1;
         }
+        Mark { http }
+    }
+
+    /// `{"jsonrpc":"2.0",` and `"id":ID,` unless it is a notification.
+    fn envelope(&mut self, id: Option<u64>) {
         self.out.extend_from_slice(br#"{"jsonrpc":"2.0","#);
         if let Some(id) = id {
             self.out.extend_from_slice(br#""id":"#);
@@ -256,7 +296,76 @@ impl Queue {
                 .extend_from_slice(itoa::Buffer::new().format(id).as_bytes());
             self.out.push(b',');
         }
-        Mark { http }
+    }
+
+    /// Starts an element of client batch `owner` (its tail follows, then
+    /// [`Queue::end_element`]): after the batch's previous element if the sub-batch
+    /// it opened here is still open and has fewer than `max` elements; else in a new
+    /// sub-batch (closing any other first).
+    pub(crate) fn begin_element(&mut self, owner: u64, id: Option<u64>, max: usize) {
+        let joins = matches!(&self.open, Some(o) if o.owner == owner && o.count < max);
+        if joins {
+            self.out.push(b',');
+        } else {
+            self.close();
+            let sent = Sent::Batch(self.spare_members.pop().unwrap_or_default());
+            let mark = self.head(sent);
+            let bracket = self.out.len();
+            self.out.push(b'[');
+            self.open = Some(Open {
+                owner,
+                mark,
+                bracket,
+                count: 0,
+            });
+        }
+        if let Some(open) = self.open.as_mut() {
+            open.count += 1;
+        }
+        if let (Some(id), true) = (id, self.http_head.is_some()) {
+            // The sub-batch is the last request in the fifo: nothing else is written
+            // while it is open.
+            if let Some(Sent::Batch(members)) = self.fifo.back_mut() {
+                members.push(id);
+            }
+        }
+        self.envelope(id);
+    }
+
+    /// Ends an element begun by [`Queue::begin_element`]: its tail's newline goes.
+    pub(crate) fn end_element(&mut self) {
+        if self.out.last() == Some(&b'\n') {
+            self.out.pop();
+        }
+    }
+
+    /// Closes the open sub-batch, if any: `]` and the newline (a sub-batch of one
+    /// element goes as a plain request: its `[` becomes a space), and over HTTP the
+    /// body's length.
+    pub(crate) fn close(&mut self) {
+        let Some(open) = self.open.take() else {
+            return;
+        };
+        if open.count == 1 {
+            self.out[open.bracket] = b' ';
+        } else {
+            self.out.push(b']');
+        }
+        self.out.push(b'\n');
+        self.end(open.mark);
+    }
+
+    /// Whether sub-batch `owner` is open here.
+    pub(crate) fn is_open(&self, owner: u64) -> bool {
+        matches!(&self.open, Some(o) if o.owner == owner)
+    }
+
+    /// Gives back the member list of an answered HTTP sub-batch.
+    pub(crate) fn keep_members(&mut self, mut members: Vec<u64>) {
+        if self.spare_members.len() < SPARE_TAILS && members.capacity() <= SPARE_TAIL_MAX {
+            members.clear();
+            self.spare_members.push(members);
+        }
     }
 
     /// Ends the request begun at `mark` (whose tail ends with a newline): over HTTP the
@@ -275,9 +384,30 @@ impl Queue {
     /// Writes a whole request for `id` whose tail (from `"method"` on, with its
     /// newline) is `tail`.
     pub(crate) fn write(&mut self, id: u64, tail: &[u8]) {
-        let mark = self.begin(Some(id));
-        self.out.extend_from_slice(tail);
-        self.end(mark);
+        self.request(None, Some(id), |out| out.extend_from_slice(tail));
+    }
+
+    /// Writes a request for `id` (`None`: a notification) whose tail `tail` writes:
+    /// on its own, or with `batch` = (owner, max) as an element of a sub-batch (see
+    /// [`Queue::begin_element`]).
+    pub(crate) fn request(
+        &mut self,
+        batch: Option<(u64, usize)>,
+        id: Option<u64>,
+        tail: impl FnOnce(&mut Vec<u8>),
+    ) {
+        match batch {
+            Some((owner, max)) => {
+                self.begin_element(owner, id, max);
+                tail(&mut self.out);
+                self.end_element();
+            }
+            None => {
+                let mark = self.begin(id);
+                tail(&mut self.out);
+                self.end(mark);
+            }
+        }
     }
 }
 
@@ -310,6 +440,8 @@ impl Lane {
                 untaken: 0,
                 http_head,
                 fifo: VecDeque::new(),
+                open: None,
+                spare_members: Vec::new(),
             }),
             has_out: AtomicBool::new(false),
             outstanding: AtomicUsize::new(0),
@@ -409,6 +541,7 @@ impl Lane {
     pub(crate) fn drain(&self, into: &mut Vec<Call>) {
         let mut q = self.lock();
         q.out.clear();
+        q.open = None;
         q.fifo.clear();
         q.fresh.clear();
         q.untaken = 0;

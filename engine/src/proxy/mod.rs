@@ -13,9 +13,11 @@
 //! the proxy's own integers, so colliding client ids (across clients, or within a
 //! batch) can never cross: private ids name one call each, never reused for another.
 //!
-//! **Batches** are split by the engine into elements, each forwarded on its own and
-//! merged back in order by the server (so one failing upstream fails only the elements
-//! sent to it); **notifications** are forwarded and never answered.
+//! **Batches** are split by the engine into elements; those going to the same
+//! upstream connection are sent there as one batch (see [`ProxyBuilder::batch_max`]),
+//! each element answered on its own and merged back in order by the server (so one
+//! failing upstream fails only the elements sent to it); **notifications** are
+//! forwarded and never answered.
 //!
 //! **Failures** are answered, never lost: an upstream that cannot be reached, closes
 //! the connection, or sends something that is not a JSON-RPC response fails the calls
@@ -60,6 +62,7 @@ mod config;
 mod lane;
 mod route;
 mod share;
+pub(crate) mod sub_batch;
 mod timing;
 mod upstream;
 
@@ -154,6 +157,9 @@ pub(crate) struct Shared {
     timeout: Duration,
     /// The longest answer line read from an upstream.
     pub(crate) max_answer_bytes: usize,
+    /// The most elements of a client batch sent upstream in one batch request (1: each
+    /// on its own).
+    batch_max: usize,
     /// Where forwarded calls spend their time, per upstream.
     pub(crate) timings: timing::Timings,
     waker: mio::Waker,
@@ -185,7 +191,7 @@ impl Shared {
     }
 
     /// Forwards one call (see [`Proxy::forward`]).
-    fn forward(&self, ctx: &Context<'_>, params: Params<'_>, responder: Responder) {
+    fn forward(self: &Arc<Self>, ctx: &Context<'_>, params: Params<'_>, responder: Responder) {
         let method = ctx.method();
         let g = self.routes.find(method).unwrap_or(self.default_group);
         let group = &self.groups[g];
@@ -199,15 +205,19 @@ impl Shared {
             ));
         };
         let lane = &self.lanes[i];
+        // An element of a client batch joins the batch's sub-batch for this lane.
+        let batch = if self.batch_max > 1 {
+            sub_batch::owner().map(|owner| (owner, self.batch_max))
+        } else {
+            None
+        };
         if responder.is_notification() {
             {
                 let mut q = lane.lock();
-                let mark = q.begin(None);
-                write_tail(&mut q.out, method, &params);
-                q.end(mark);
+                q.request(batch, None, |out| write_tail(out, method, &params));
                 lane.has_out.store(true, Ordering::SeqCst);
             }
-            self.wake();
+            self.written(batch, i);
             // Its answer is dropped; its hooks see success.
             return responder.respond_raw(b"null");
         }
@@ -270,16 +280,14 @@ impl Shared {
             let retry = if idempotent {
                 let mut tail = q.tail();
                 write_tail(&mut tail, method, &params);
-                q.write(id, &tail);
+                q.request(batch, Some(id), |out| out.extend_from_slice(&tail));
                 Some(Retry {
                     group: g,
                     tail,
                     attempts: 1,
                 })
             } else {
-                let mark = q.begin(Some(id));
-                write_tail(&mut q.out, method, &params);
-                q.end(mark);
+                q.request(batch, Some(id), |out| write_tail(out, method, &params));
                 None
             };
             let until = now + self.timeout;
@@ -293,7 +301,16 @@ impl Shared {
             lane.outstanding.fetch_add(1, Ordering::Relaxed);
             lane.has_out.store(true, Ordering::SeqCst);
         }
-        self.wake();
+        self.written(batch, i);
+    }
+
+    /// After a request was written to lane `i`: wakes the upstream thread, or, for an
+    /// element of a batch, leaves that to the batch's end.
+    fn written(self: &Arc<Self>, batch: Option<(u64, usize)>, i: usize) {
+        match batch {
+            Some(_) => sub_batch::wrote(self, i),
+            None => self.wake(),
+        }
     }
 
     /// Answers the caller of `reply` with `answer`, if this copy of the call is the one
@@ -349,7 +366,7 @@ impl Shared {
     }
 
     /// Wakes the upstream thread, unless a forward since it last looked did.
-    fn wake(&self) {
+    pub(crate) fn wake(&self) {
         if !self.woken.swap(true, Ordering::SeqCst) {
             let _ = self.waker.wake();
         }
@@ -456,6 +473,7 @@ pub struct ProxyBuilder {
     connections: usize,
     timeout: Duration,
     max_answer_bytes: usize,
+    batch_max: usize,
 }
 
 impl ProxyBuilder {
@@ -566,6 +584,19 @@ impl ProxyBuilder {
         self
     }
 
+    /// The most elements of a client batch sent upstream as one batch request (default
+    /// 100; 1 sends each element on its own). The elements of a client batch that go
+    /// to the same upstream connection are sent together as a batch (a *sub-batch*:
+    /// a batch's elements routed to different groups, or balanced over several
+    /// connections, go in several, concurrently); each element is still answered on
+    /// its own, and the answers merged back in the client's order. Keep it at or under
+    /// the upstreams' own batch limit: an upstream that refuses a whole batch fails
+    /// its elements.
+    pub fn batch_max(&mut self, n: usize) -> &mut Self {
+        self.batch_max = n.max(1);
+        self
+    }
+
     /// Checks the setup, starts the upstream thread and begins connecting.
     ///
     /// # Errors
@@ -651,6 +682,7 @@ impl ProxyBuilder {
             default_group,
             timeout: self.timeout,
             max_answer_bytes: self.max_answer_bytes,
+            batch_max: self.batch_max,
             timings: timing::Timings::new(upstreams_len),
             waker,
             woken: AtomicBool::new(false),
@@ -707,6 +739,7 @@ impl Proxy {
             connections: 2,
             timeout: Duration::from_secs(30),
             max_answer_bytes: crate::config::defaults::DEFAULT_MAX_RESPONSE_BYTES,
+            batch_max: 100,
         }
     }
 

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use mio::{Events, Interest, Poll, Token};
+use simd_json::Node;
 
-use super::lane::{Call, Lane};
+use super::lane::{Call, Lane, Sent};
 use super::share::Answer;
 use super::timing::quantile;
 use super::{HedgeAfter, Shared};
@@ -21,7 +22,7 @@ use crate::client::address::Address;
 use crate::client::http::Decoder as HttpDecoder;
 use crate::codec::raw::RawCtx;
 use crate::codec::response::{validate_response, Body};
-use crate::codec::tape::members;
+use crate::codec::tape::{elements, members};
 use crate::codec::{Id, LineDecoder};
 use crate::engine::Scratch;
 use crate::error::{Reason, RpcError};
@@ -504,6 +505,9 @@ impl Upstreams {
             {
                 let now = Instant::now();
                 let mut q = lane.lock();
+                // A sub-batch being written goes as it is; the batch's later
+                // elements start another.
+                q.close();
                 q.taken(now);
                 lane.has_out.store(false, Ordering::Release);
                 if link.wbuf.is_empty() {
@@ -600,10 +604,10 @@ impl Upstreams {
             link.stalls = 0;
             let probe = link.probe.map(|(id, _)| id);
             let lane = &self.shared.lanes[i];
-            let Some(id) = lane.lock().fifo.pop_front() else {
+            let Some(sent) = lane.lock().fifo.pop_front() else {
                 return Err(Lost::Garbage("an HTTP response to no request"));
             };
-            if Some(id) == probe {
+            if matches!(sent, Sent::One(id) if Some(id) == probe) {
                 // Any response proves the upstream serves.
                 self.healthy(i);
                 continue;
@@ -612,12 +616,14 @@ impl Upstreams {
             relay_http(
                 &mut self.scratch,
                 &self.shared,
-                reply.status,
-                &reply.body,
-                id,
+                (reply.status, &reply.body),
+                &sent,
                 lane,
                 seen,
             );
+            if let Sent::Batch(members) = sent {
+                lane.lock().keep_members(members);
+            }
             if reply.close {
                 return Err(Lost::Closed);
             }
@@ -775,73 +781,159 @@ fn relay(
     shared: &Shared,
     lane: &Lane,
     probe: Option<u64>,
-    seen: impl FnOnce(&Call),
+    seen: impl Fn(&Call),
 ) -> Result<bool, Lost> {
     scratch.parse(line, |parsed| {
         let raw = parsed.map_err(|_| Lost::Garbage("invalid JSON"))?;
-        let response = validate_response(raw.root)
-            .map_err(|_| Lost::Garbage("something that is not a JSON-RPC response"))?;
-        let Id::UInt(id) = response.id else {
-            // Not an id the proxy sends (an upstream's error with id null, say).
-            return Ok(false);
-        };
-        if Some(id) == probe {
-            return Ok(true);
+        if !matches!(raw.root.first(), Some(Node::Array { .. })) {
+            return relay_one(shared, lane, raw, raw.root, probe, &seen);
         }
-        let Some(call) = lane.take(id) else {
-            return Ok(false);
-        };
-        seen(&call);
-        give(shared, call, raw, response.body)
-            .map(|()| false)
-            .map_err(Lost::Garbage)
+        // A sub-batch's answers: each goes to its call by its id.
+        let mut probed = false;
+        for elem in elements(raw.root) {
+            probed |= relay_one(shared, lane, raw, elem, probe, &seen)?;
+        }
+        Ok(probed)
     })
 }
 
-/// Gives one HTTP response to the request `id` it answers (0: a notification's, whose
-/// answer is dropped). A body that is a JSON-RPC response is relayed whatever the
-/// status (an upstream's 401 or 429 carries its JSON-RPC error); anything else fails
-/// the call, and the connection stays (HTTP framing is intact).
+/// Gives the answer `nodes` (the whole line, or an element of a batch answer) to the
+/// call it answers (see [`relay`]).
+fn relay_one(
+    shared: &Shared,
+    lane: &Lane,
+    raw: RawCtx<'_>,
+    nodes: &[Node<'_>],
+    probe: Option<u64>,
+    seen: &impl Fn(&Call),
+) -> Result<bool, Lost> {
+    let response = validate_response(nodes)
+        .map_err(|_| Lost::Garbage("something that is not a JSON-RPC response"))?;
+    let Id::UInt(id) = response.id else {
+        // Not an id the proxy sends (an upstream's error with id null, say).
+        return Ok(false);
+    };
+    if Some(id) == probe {
+        return Ok(true);
+    }
+    let Some(call) = lane.take(id) else {
+        return Ok(false);
+    };
+    seen(&call);
+    match answer_of(raw, nodes, response.body) {
+        Some(a) => {
+            shared.finish(call.reply, &a);
+            Ok(false)
+        }
+        None => {
+            fail(shared, call, UNFOUND);
+            Err(Lost::Garbage(UNFOUND))
+        }
+    }
+}
+
+/// Gives one HTTP response to the request `sent` it answers (`Sent::One(0)`: a
+/// notification's, whose answer is dropped). A body that is a JSON-RPC response is
+/// relayed whatever the status (an upstream's 401 or 429 carries its JSON-RPC error);
+/// anything else fails the request's calls, and the connection stays (HTTP framing is
+/// intact).
 fn relay_http(
     scratch: &mut Scratch,
     shared: &Shared,
-    status: u16,
-    body: &[u8],
-    id: u64,
+    (status, body): (u16, &[u8]),
+    sent: &Sent,
     lane: &Lane,
-    seen: impl FnOnce(&Call),
+    seen: impl Fn(&Call),
 ) {
-    if id == 0 {
-        return;
-    }
-    let Some(call) = lane.take(id) else {
-        return;
+    let members: &[u64] = match sent {
+        Sent::One(0) => return,
+        Sent::One(id) => std::slice::from_ref(id),
+        Sent::Batch(members) => members,
     };
-    seen(&call);
-    let bad = scratch.parse(body, |parsed| {
-        let Ok(raw) = parsed else {
-            return Some(call);
-        };
+    let single = matches!(sent, Sent::One(_));
+    scratch.parse(body, |parsed| {
+        let Ok(raw) = parsed else { return };
+        if let Some(Node::Array { .. }) = raw.root.first() {
+            // A sub-batch's answers, each to its call by its id.
+            for elem in elements(raw.root) {
+                let Ok(response) = validate_response(elem) else {
+                    continue;
+                };
+                let Id::UInt(id) = response.id else { continue };
+                if !members.contains(&id) {
+                    continue;
+                }
+                if let Some(call) = lane.take(id) {
+                    seen(&call);
+                    match answer_of(raw, elem, response.body) {
+                        Some(a) => shared.finish(call.reply, &a),
+                        None => fail(shared, call, UNFOUND),
+                    }
+                }
+            }
+            return;
+        }
         let Ok(response) = validate_response(raw.root) else {
-            return Some(call);
+            return;
         };
-        // The id is not checked: HTTP/1.1's order says which request this answers
-        // (an upstream that could not read the request answers with id null).
-        let _ = give(shared, call, raw, response.body);
-        None
+        let Some(answer) = answer_of(raw, raw.root, response.body) else {
+            return;
+        };
+        // One answer: to the request's one call whatever its id says (HTTP/1.1's
+        // order says which request it answers; an upstream that could not read the
+        // request answers with id null); to a sub-batch, it is its call's if its id
+        // is one of them, else (an error, id null: the batch refused as a whole) every
+        // call's.
+        match response.id {
+            Id::UInt(id) if !single && members.contains(&id) => {
+                if let Some(call) = lane.take(id) {
+                    seen(&call);
+                    shared.finish(call.reply, &answer);
+                }
+            }
+            _ if single || matches!(answer, Answer::Relayed(..)) => {
+                for &id in members {
+                    if let Some(call) = lane.take(id) {
+                        seen(&call);
+                        shared.finish(call.reply, &answer);
+                    }
+                }
+            }
+            _ => {}
+        }
     });
-    if let Some(call) = bad {
-        let e = RpcError::new(
-            Reason::UpstreamUnavailable,
-            format!("Server busy: the upstream answered HTTP {status} without a JSON-RPC response"),
-        );
-        shared.finish(call.reply, &Answer::Error(&e));
+    // Calls the response did not answer.
+    for &id in members {
+        if let Some(call) = lane.take(id) {
+            seen(&call);
+            let why = if single {
+                format!(
+                    "Server busy: the upstream answered HTTP {status} without a JSON-RPC response"
+                )
+            } else {
+                format!("Server busy: the upstream answered HTTP {status} to a batch without an answer for this call")
+            };
+            let e = RpcError::new(Reason::UpstreamUnavailable, why);
+            shared.finish(call.reply, &Answer::Error(&e));
+        }
     }
+}
+
+/// Why an answer is dropped when its `result` or `error` text cannot be found.
+const UNFOUND: &str = "an answer whose text could not be found";
+
+/// Answers `call` with the proxy's `upstream_unavailable` error for `why`.
+fn fail(shared: &Shared, call: Call, why: &str) {
+    let e = RpcError::new(
+        Reason::UpstreamUnavailable,
+        format!("Server busy: the upstream sent {why}"),
+    );
+    shared.finish(call.reply, &Answer::Error(&e));
 }
 
 /// Times an answered call into the histograms of upstream `u` (now is when its answer
 /// was read).
-fn timer(shared: &Shared, u: usize) -> impl FnOnce(&Call) + '_ {
+fn timer(shared: &Shared, u: usize) -> impl Fn(&Call) + '_ {
     move |call| {
         if let Some(at) = call.taken {
             shared.timings.observe(
@@ -853,28 +945,15 @@ fn timer(shared: &Shared, u: usize) -> impl FnOnce(&Call) + '_ {
     }
 }
 
-/// Completes `call` (and the calls sharing its answer) with the upstream's result or
-/// error object, as their bytes came.
-fn give(shared: &Shared, call: Call, raw: RawCtx<'_>, body: Body<'_>) -> Result<(), &'static str> {
-    let answer = match body {
-        Body::Result(nodes) => raw.value_text(nodes).map(Answer::Result),
-        Body::Error { code, .. } => members(raw.root)
+/// The answer `nodes` (a response object of `raw`'s tape) carries: its `result` or
+/// `error` object's text, as its bytes came.
+fn answer_of<'a>(raw: RawCtx<'a>, nodes: &'a [Node<'a>], body: Body<'a>) -> Option<Answer<'a>> {
+    match body {
+        Body::Result(value) => raw.value_text(value).map(Answer::Result),
+        Body::Error { code, .. } => members(nodes)
             .filter_map(Result::ok)
             .find(|(key, _)| *key == "error")
-            .and_then(|(_, nodes)| raw.value_text(nodes))
+            .and_then(|(_, value)| raw.value_text(value))
             .map(|text| Answer::Relayed(code, text)),
-    };
-    let why = "an answer whose text could not be found";
-    match answer {
-        Some(a) => shared.finish(call.reply, &a),
-        None => {
-            let e = RpcError::new(
-                Reason::UpstreamUnavailable,
-                format!("Server busy: the upstream sent {why}"),
-            );
-            shared.finish(call.reply, &Answer::Error(&e));
-            return Err(why);
-        }
     }
-    Ok(())
 }
