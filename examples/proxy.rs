@@ -57,7 +57,8 @@ struct Args {
     #[arg(long, value_name = "FRACTION", default_value_t = 0.1)]
     hedge_max: f64,
     /// The most elements of a client batch sent upstream in one batch request (1:
-    /// each on its own).
+    /// each on its own; default 100 for http:// upstreams, 1 for tcp:// and unix://,
+    /// where a batch refused as a whole cannot be told from other errors).
     #[arg(long, value_name = "N")]
     batch_max: Option<usize>,
     /// Probe upstream connections idle this long (0: never); one that does not answer

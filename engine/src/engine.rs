@@ -585,9 +585,11 @@ impl Engine {
             Some(&Node::Array { len, .. }) => {
                 defer.batch(len);
                 // Forwarded elements going to one upstream connection are sent there
-                // as one batch, closed when the scope ends.
+                // as one batch, closed when the scope ends. Not where each element's
+                // answer is waited for in turn (`Engine::handle`): an element left in an
+                // open sub-batch would wait for the scope's end, which never comes.
                 #[cfg(feature = "proxy")]
-                let _sub_batches = crate::proxy::sub_batch::Scope::enter();
+                let _sub_batches = (!defer.may_block()).then(crate::proxy::sub_batch::Scope::enter);
                 let mut batch = BatchWriter::begin(out, max);
                 let mut later = 0;
                 for (i, elem) in elements(nodes).enumerate() {

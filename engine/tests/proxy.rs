@@ -721,6 +721,27 @@ fn idempotent_calls_fail_over_and_others_never_run_twice() {
     b.stop();
 }
 
+/// Reads one HTTP request off `r` and parses its body (`None`: the connection closed).
+fn read_http_request(r: &mut BufReader<TcpStream>) -> Option<Value> {
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            return None;
+        }
+        let lower = line.to_ascii_lowercase();
+        if let Some(v) = lower.strip_prefix("content-length:") {
+            length = v.trim().parse().unwrap();
+        }
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut body = vec![0; length];
+    std::io::Read::read_exact(r, &mut body).ok()?;
+    Some(serde_json::from_slice(&body).unwrap())
+}
+
 /// A fake HTTP/1.1 upstream: for each request (its number on the connection and its
 /// body), `answer` gives the status line's code, the body, and whether to close.
 fn fake_http(answer: fn(usize, &Value) -> (u16, String, bool)) -> SocketAddr {
@@ -728,23 +749,9 @@ fn fake_http(answer: fn(usize, &Value) -> (u16, String, bool)) -> SocketAddr {
         let mut w = conn.try_clone().unwrap();
         let mut r = BufReader::new(conn);
         for n in 0.. {
-            let mut length = 0;
-            loop {
-                let mut line = String::new();
-                if r.read_line(&mut line).unwrap_or(0) == 0 {
-                    return;
-                }
-                let lower = line.to_ascii_lowercase();
-                if let Some(v) = lower.strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap();
-                }
-                if line == "\r\n" {
-                    break;
-                }
-            }
-            let mut body = vec![0; length];
-            std::io::Read::read_exact(&mut r, &mut body).unwrap();
-            let request: Value = serde_json::from_slice(&body).unwrap();
+            let Some(request) = read_http_request(&mut r) else {
+                return;
+            };
             let (status, reply, close) = answer(n, &request);
             let head = format!(
                 "HTTP/1.1 {status} X\r\nContent-Length: {}\r\n{}\r\n",
@@ -1371,4 +1378,271 @@ fn http_sub_batches_are_answered_per_element() {
     assert_eq!(one[0]["id"], 7);
     front.stop();
     drop(proxy);
+}
+
+/// A line of a TCP client: sends `frame`, reads one answer line.
+fn one_answer(addr: SocketAddr, frame: &str) -> Value {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut r = BufReader::new(s);
+    r.get_mut()
+        .write_all(format!("{frame}\n").as_bytes())
+        .unwrap();
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+}
+
+/// An upstream may pretty-print its answers (JSON allows line breaks between tokens):
+/// relayed to a newline-delimited client, a result or error stays on one line, single
+/// or in a batch, and the connection goes on.
+#[test]
+fn pretty_printed_answers_stay_one_line() {
+    let upstream = fake_http(|_, req| {
+        let one = |r: &Value| {
+            if r["method"] == "fails" {
+                json!({"jsonrpc": "2.0", "id": r["id"], "error": {"code": 7, "message": "no\nway", "data": [1, 2]}})
+            } else {
+                json!({"jsonrpc": "2.0", "id": r["id"], "result": {"a": [1, 2], "s": "x\ny"}})
+            }
+        };
+        let answer = match req.as_array() {
+            Some(reqs) => Value::Array(reqs.iter().map(one).collect()),
+            None => one(req),
+        };
+        (
+            200,
+            serde_json::to_string_pretty(&answer)
+                .unwrap()
+                .replace('\n', "\r\n"),
+            false,
+        )
+    });
+    let mut b = Proxy::builder();
+    b.upstream("default", &format!("http://{upstream}/"));
+    let proxy = b.start().unwrap();
+    let front = served_proxy(&proxy, Config::default());
+    let answers = tcp_answers(
+        front.tcp,
+        r#"{"jsonrpc":"2.0","method":"x","id":1}
+{"jsonrpc":"2.0","method":"fails","id":2}
+[{"jsonrpc":"2.0","method":"x","id":3},{"jsonrpc":"2.0","method":"fails","id":4}]"#,
+    );
+    let ok = json!({"a": [1, 2], "s": "x\ny"});
+    let failed = json!({"code": 7, "message": "no\nway", "data": [1, 2]});
+    assert_eq!(answers.len(), 3, "{answers:?}");
+    assert_eq!(answers[0], json!({"jsonrpc": "2.0", "id": 1, "result": ok}));
+    assert_eq!(
+        answers[1],
+        json!({"jsonrpc": "2.0", "id": 2, "error": failed})
+    );
+    assert_eq!(
+        answers[2],
+        json!([{"jsonrpc": "2.0", "id": 3, "result": ok}, {"jsonrpc": "2.0", "id": 4, "error": failed}])
+    );
+    front.stop();
+}
+
+/// `Engine::handle` (no I/O) waits for each forwarded element of a batch in turn: each
+/// goes upstream at once rather than in a sub-batch closed only at the batch's end.
+/// The upstream is named by host name (resolved when the proxy starts).
+#[test]
+fn a_batch_through_engine_handle_is_forwarded() {
+    let upstream = Served::start(demo::engine(Config::default()), ServerConfig::default());
+    let mut b = Proxy::builder();
+    b.upstream(
+        "default",
+        &format!("http://localhost:{}/", upstream.http.port()),
+    )
+    .health_interval(Duration::ZERO);
+    let proxy = b.start().unwrap();
+    let mut methods = Registry::builder();
+    proxy.install(&mut methods);
+    let engine = Engine::new(
+        methods.freeze(),
+        Config::default().request_timeout(Some(Duration::from_secs(5))),
+    );
+    let handle = |frame: &str| {
+        let mut out = Vec::new();
+        let _ = engine.handle(frame.as_bytes(), &mut engine.scratch(), &mut out);
+        serde_json::from_slice::<Value>(&out).unwrap()
+    };
+    let got = handle(r#"{"jsonrpc":"2.0","method":"subtract","params":[3,1],"id":0}"#);
+    assert_eq!(got, json!({"jsonrpc": "2.0", "id": 0, "result": 2}));
+    // The upstream thread idles (no call outstanding, no health checks) between calls.
+    std::thread::sleep(Duration::from_millis(100));
+    let got = handle(
+        r#"[{"jsonrpc":"2.0","method":"subtract","params":[42,23],"id":1},{"jsonrpc":"2.0","method":"subtract","params":[2,1],"id":2}]"#,
+    );
+    assert_eq!(
+        got,
+        json!([{"jsonrpc": "2.0", "id": 1, "result": 19}, {"jsonrpc": "2.0", "id": 2, "result": 1}])
+    );
+    drop(proxy);
+    upstream.stop();
+}
+
+/// Calls timed out by their caller's own short budget say nothing of the upstream:
+/// they do not trip the circuit breaker, so another client's call in flight on the
+/// same connection is answered.
+#[test]
+fn a_callers_short_budget_does_not_trip_the_breaker() {
+    let upstream = Served::start(demo::engine(Config::default()), ServerConfig::default());
+    let mut b = builder_to(&upstream);
+    b.connections(1).health_interval(Duration::ZERO);
+    let proxy = b.start().unwrap();
+    let front = served_proxy(&proxy, Config::default());
+    let victim = {
+        let addr = front.tcp;
+        std::thread::spawn(move || {
+            one_answer(
+                addr,
+                r#"{"jsonrpc":"2.0","method":"delay","params":[1500],"id":"victim"}"#,
+            )
+        })
+    };
+    // The victim's call is upstream by now.
+    std::thread::sleep(Duration::from_millis(200));
+    let calls: Vec<String> = (1..=4)
+        .map(|i| format!(r#"{{"jsonrpc":"2.0","method":"delay","params":[1000],"id":{i}}}"#))
+        .collect();
+    let batch = format!("[{}]", calls.join(","));
+    let hurried = util::http::post_raw(front.http, &[("RPC-Timeout-Ms", "30")], batch.as_bytes());
+    assert_eq!(hurried.status, 200);
+    let hurried = hurried.body;
+    for a in hurried.as_array().unwrap() {
+        assert_eq!(a["error"]["code"], -32001, "{hurried}");
+    }
+    assert_eq!(
+        victim.join().unwrap(),
+        json!({"jsonrpc": "2.0", "id": "victim", "result": null})
+    );
+    front.stop();
+    drop(proxy);
+    upstream.stop();
+}
+
+/// A newline-delimited upstream without batch support (it refuses any batch with one
+/// error, id null, which cannot be matched to calls): by default the elements of a
+/// client batch go to a `tcp://` upstream each on its own, and are answered.
+#[test]
+fn tcp_upstreams_get_no_sub_batches_by_default() {
+    let upstream = fake_upstream(|line, w| {
+        let req: Value = serde_json::from_str(line).unwrap();
+        let a = if req.is_array() {
+            json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": "no batches"}})
+        } else {
+            json!({"jsonrpc": "2.0", "id": req["id"], "result": req["method"]})
+        };
+        w.write_all(format!("{a}\n").as_bytes()).is_ok()
+    });
+    let mut b = Proxy::builder();
+    b.upstream("default", &format!("tcp://{upstream}"))
+        .connections(1)
+        .timeout(Duration::from_secs(20));
+    let proxy = b.start().unwrap();
+    let front = served_proxy(&proxy, Config::default());
+    let got = one_answer(
+        front.tcp,
+        r#"[{"jsonrpc":"2.0","method":"a","id":1},{"jsonrpc":"2.0","method":"b","id":2},{"jsonrpc":"2.0","method":"c","id":3}]"#,
+    );
+    assert_eq!(
+        got,
+        json!([
+            {"jsonrpc": "2.0", "id": 1, "result": "a"},
+            {"jsonrpc": "2.0", "id": 2, "result": "b"},
+            {"jsonrpc": "2.0", "id": 3, "result": "c"}
+        ])
+    );
+    front.stop();
+}
+
+/// An answer over `max_answer_bytes` fails only its own call (its id is read from the
+/// answer's beginning); the connection stays, and the other calls on it are answered.
+#[test]
+fn one_oversized_answer_fails_only_its_own_call() {
+    // Answers `big` with 8000 bytes after 300 ms, anything else after 600 ms.
+    let upstream = listen(|conn| {
+        for line in BufReader::new(conn.try_clone().unwrap()).lines() {
+            let Ok(line) = line else { return };
+            let req: Value = serde_json::from_str(&line).unwrap();
+            let mut w = conn.try_clone().unwrap();
+            std::thread::spawn(move || {
+                let (ms, result) = match req["method"].as_str() {
+                    Some("big") => (300, json!("x".repeat(8000))),
+                    Some("slow") => (600, json!("ok")),
+                    _ => (0, json!("ok")),
+                };
+                std::thread::sleep(Duration::from_millis(ms));
+                let a = json!({"jsonrpc": "2.0", "id": req["id"], "result": result});
+                let _ = w.write_all(format!("{a}\n").as_bytes());
+            });
+        }
+    });
+    let mut b = Proxy::builder();
+    b.upstream("default", &format!("tcp://{upstream}"))
+        .connections(1)
+        .health_interval(Duration::ZERO)
+        .max_answer_bytes(4096);
+    let proxy = b.start().unwrap();
+    let front = served_proxy(&proxy, Config::default());
+    let victim = {
+        let addr = front.tcp;
+        std::thread::spawn(move || {
+            one_answer(addr, r#"{"jsonrpc":"2.0","method":"slow","id":"victim"}"#)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let big = one_answer(front.tcp, r#"{"jsonrpc":"2.0","method":"big","id":1}"#);
+    assert_eq!(error_of(&big), (-32000, "upstream_unavailable"), "{big}");
+    let message = big["error"]["message"].as_str().unwrap();
+    assert!(message.contains("max_answer_bytes (4096)"), "{message}");
+    assert_eq!(
+        victim.join().unwrap(),
+        json!({"jsonrpc": "2.0", "id": "victim", "result": "ok"})
+    );
+    let after = one_answer(front.tcp, r#"{"jsonrpc":"2.0","method":"quick","id":2}"#);
+    assert_eq!(after["result"], "ok", "{after}");
+    front.stop();
+}
+
+/// Over HTTP an answer goes to the oldest request without one, but only if its id is
+/// that request's: an extra response (an upstream bug, a stale answer) is refused (the
+/// connection is dropped, its calls failed) rather than given to the next caller.
+#[test]
+fn an_http_answer_for_another_request_is_not_given_to_the_next_caller() {
+    let upstream = listen(|conn| {
+        let mut w = conn.try_clone().unwrap();
+        let mut r = BufReader::new(conn);
+        let mut previous: Option<String> = None;
+        while let Some(req) = read_http_request(&mut r) {
+            let reply =
+                json!({"jsonrpc": "2.0", "id": req["id"], "result": req["method"]}).to_string();
+            let mut out = String::new();
+            // Before the answer to the request after `from_a`, `from_a`'s once more.
+            for body in previous.take().iter().chain([&reply]) {
+                out.push_str(&format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                ));
+            }
+            if req["method"] == "from_a" {
+                previous = Some(reply);
+            }
+            if w.write_all(out.as_bytes()).is_err() {
+                return;
+            }
+        }
+    });
+    let mut b = Proxy::builder();
+    b.upstream("default", &format!("http://{upstream}/"))
+        .connections(1)
+        .health_interval(Duration::ZERO);
+    let proxy = b.start().unwrap();
+    let front = served_proxy(&proxy, Config::default());
+    let a = one_answer(front.tcp, r#"{"jsonrpc":"2.0","method":"from_a","id":1}"#);
+    assert_eq!(a["result"], "from_a");
+    let b = one_answer(front.tcp, r#"{"jsonrpc":"2.0","method":"from_b","id":1}"#);
+    assert_eq!(error_of(&b), (-32000, "upstream_unavailable"), "{b}");
+    front.stop();
 }

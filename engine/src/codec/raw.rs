@@ -66,18 +66,7 @@ impl<'a> RawCtx<'a> {
         match value.first()? {
             Node::Array { .. } | Node::Object { .. } => self.container_text(value),
             first => {
-                let offset = (value.as_ptr() as usize).checked_sub(self.root.as_ptr() as usize)?;
-                let target = offset / std::mem::size_of::<Node<'_>>();
-                let s = match walk(self.root, 0, 0, target) {
-                    Err(s) => s,
-                    Ok(_) => return None,
-                };
-                let a = *self.structurals.get(s)? as usize;
-                let b = self
-                    .structurals
-                    .get(s + 1)
-                    .map_or(self.frame.len(), |&b| b as usize);
-                let text = self.frame.get(a..b.max(a))?.trim_ascii_end();
+                let text = self.scalar_text_at(self.structural_of(value)?)?;
                 let fits = match (first, text.first()) {
                     (Node::String(_), Some(b'"')) => text.len() >= 2 && text.ends_with(b"\""),
                     (Node::Static(simd_json::StaticNode::Null), Some(b'n'))
@@ -88,6 +77,26 @@ impl<'a> RawCtx<'a> {
                 fits.then_some(text)
             }
         }
+    }
+
+    /// The index (into `structurals`) of the first structural of `value`, a subslice of
+    /// `root`; `None` if it is not one.
+    #[cfg_attr(not(feature = "proxy"), allow(dead_code))]
+    pub(crate) fn structural_of(&self, value: &'a [Node<'a>]) -> Option<usize> {
+        let offset = (value.as_ptr() as usize).checked_sub(self.root.as_ptr() as usize)?;
+        walk(self.root, 0, 0, offset / std::mem::size_of::<Node<'_>>()).err()
+    }
+
+    /// The text of the scalar whose first structural is number `s`: from its first
+    /// byte to the next structural, less trailing whitespace.
+    #[cfg_attr(not(feature = "proxy"), allow(dead_code))]
+    pub(crate) fn scalar_text_at(&self, s: usize) -> Option<&'a [u8]> {
+        let a = *self.structurals.get(s)? as usize;
+        let b = self
+            .structurals
+            .get(s + 1)
+            .map_or(self.frame.len(), |&b| b as usize);
+        Some(self.frame.get(a..b.max(a))?.trim_ascii_end())
     }
 
     /// The byte range of [`RawCtx::container_text`] within the frame.

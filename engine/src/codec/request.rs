@@ -52,6 +52,12 @@ impl<'a> Params<'a> {
         Self { nodes, raw }
     }
 
+    /// Where the params' original text is found.
+    #[cfg_attr(not(feature = "proxy"), allow(dead_code))]
+    pub(crate) fn raw(&self) -> RawCtx<'a> {
+        self.raw
+    }
+
     /// The params exactly as they were sent (an array or object, whitespace and escapes
     /// included), borrowed from the frame; `None` when absent. For forwarding params
     /// without re-encoding them. Cost: a walk of the tape up to and through the params.

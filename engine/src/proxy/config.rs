@@ -183,7 +183,7 @@ mod tests {
             Some((super::super::HedgeAfter::Quantile(0.95), 0.1))
         );
         assert_eq!(b.health, None, "0 turns health checks off");
-        assert_eq!(b.batch_max, 7);
+        assert_eq!(b.batch_max, Some(7));
         let mut b = Proxy::builder();
         let e = b.toml("hedge_quantile = 95").unwrap_err().to_string();
         assert!(e.contains("between 0 and 1"), "{e}");

@@ -33,7 +33,7 @@ pub(crate) struct Call {
     /// The private id it was sent with.
     id: u64,
     /// When the proxy stops waiting and answers `upstream_timeout`.
-    pub(crate) deadline: Instant,
+    pub(crate) deadline: Deadline,
     /// Where the answer goes: the client's call (with its shared-answer key).
     pub(crate) reply: Reply,
     /// A copy of it was sent to another upstream (hedging), or it is that copy.
@@ -44,6 +44,16 @@ pub(crate) struct Call {
     pub(crate) sent: Instant,
     /// When its bytes were taken for the upstream socket.
     pub(crate) taken: Option<Instant>,
+}
+
+/// When the proxy stops waiting for a call's answer.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Deadline {
+    pub(crate) at: Instant,
+    /// It is the caller's budget (`RPC-Timeout-Ms`, `_meta.timeoutMs`), shorter than
+    /// the proxy's upstream timeout: its passing says nothing of the upstream's health
+    /// (it does not count towards the circuit breaker).
+    pub(crate) callers: bool,
 }
 
 /// Who a call's answer goes to: its own caller, or — once the call is hedged — a cell
@@ -129,7 +139,7 @@ pub(crate) struct Copy {
     pub(crate) group: usize,
     pub(crate) tail: Vec<u8>,
     pub(crate) sent: Instant,
-    pub(crate) deadline: Instant,
+    pub(crate) deadline: Deadline,
     pub(crate) cell: Arc<Hedge>,
 }
 
@@ -196,7 +206,8 @@ const SPARE_TAIL_MAX: usize = 64 * 1024;
 impl Queue {
     /// The private id for the next call, whose key will be `calls.vacant_key()`.
     pub(crate) fn next_id(&mut self) -> u64 {
-        self.seq = (self.seq + 1) & SEQ_MASK;
+        // Never 0 (after the count wraps): id 0 would be a notification's.
+        self.seq = ((self.seq + 1) & SEQ_MASK).max(1);
         (self.seq << KEY_BITS) | self.calls.vacant_key() as u64
     }
 
@@ -204,7 +215,7 @@ impl Queue {
     pub(crate) fn park(
         &mut self,
         id: u64,
-        (sent, deadline): (Instant, Instant),
+        (sent, deadline): (Instant, Deadline),
         reply: Reply,
         (retry, hedged): (Option<Retry>, bool),
     ) {
@@ -360,6 +371,15 @@ impl Queue {
         matches!(&self.open, Some(o) if o.owner == owner)
     }
 
+    /// HTTP: the oldest request written and not yet answered, which the response just
+    /// read answers (`None`: none was written; the response answers nothing).
+    pub(crate) fn answered(&mut self) -> Option<Sent> {
+        if self.fifo.len() <= self.untaken {
+            return None;
+        }
+        self.fifo.pop_front()
+    }
+
     /// Gives back the member list of an answered HTTP sub-batch.
     pub(crate) fn keep_members(&mut self, mut members: Vec<u64>) {
         if self.spare_members.len() < SPARE_TAILS && members.capacity() <= SPARE_TAIL_MAX {
@@ -423,12 +443,16 @@ pub(crate) struct Lane {
     pub(crate) outstanding: AtomicUsize,
     /// Whether calls may be sent here: false while the connection is down.
     pub(crate) up: AtomicBool,
+    /// The most elements of a client batch sent here in one batch request (1: each on
+    /// its own).
+    pub(crate) batch_max: usize,
 }
 
 impl Lane {
     /// A lane to upstream `upstream`, up (its first connection is being made); for an
-    /// HTTP upstream, `http_head` is its request head up to the `Content-Length` value.
-    pub(crate) fn new(upstream: usize, http_head: Option<Box<[u8]>>) -> Self {
+    /// HTTP upstream, `http_head` is its request head up to the `Content-Length` value;
+    /// sub-batches of at most `batch_max` elements.
+    pub(crate) fn new(upstream: usize, http_head: Option<Box<[u8]>>, batch_max: usize) -> Self {
         Self {
             upstream,
             queue: Mutex::new(Queue {
@@ -446,6 +470,7 @@ impl Lane {
             has_out: AtomicBool::new(false),
             outstanding: AtomicUsize::new(0),
             up: AtomicBool::new(true),
+            batch_max,
         }
     }
 
@@ -473,7 +498,7 @@ impl Lane {
         keys.extend(
             q.calls
                 .iter()
-                .filter(|(_, c)| c.deadline <= now)
+                .filter(|(_, c)| c.deadline.at <= now)
                 .map(|(k, _)| k),
         );
         for &k in keys.iter() {
@@ -559,20 +584,24 @@ mod tests {
 
     #[test]
     fn ids_name_their_call_once() {
-        let lane = Lane::new(0, None);
+        let lane = Lane::new(0, None, 1);
         let now = Instant::now();
+        let due = Deadline {
+            at: now,
+            callers: false,
+        };
         let mut q = lane.lock();
         let a = q.next_id();
         q.park(
             a,
-            (now, now),
+            (now, due),
             Reply::Own(Responder::detached(), None),
             (None, false),
         );
         let b = q.next_id();
         q.park(
             b,
-            (now, now),
+            (now, due),
             Reply::Own(Responder::detached(), None),
             (None, false),
         );
@@ -584,7 +613,7 @@ mod tests {
         let c = q.next_id();
         q.park(
             c,
-            (now, now),
+            (now, due),
             Reply::Own(Responder::detached(), None),
             (None, false),
         );
@@ -592,5 +621,10 @@ mod tests {
         assert!(q.take(a).is_none());
         assert!(q.take(c).is_some());
         assert!(q.take(b).is_some());
+        // Where the count wraps, ids go on from 1: 0 is a notification's.
+        q.seq = SEQ_MASK;
+        let wrapped = q.next_id();
+        assert_eq!(wrapped >> KEY_BITS, 1);
+        assert_ne!(wrapped, 0);
     }
 }

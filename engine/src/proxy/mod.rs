@@ -60,6 +60,7 @@
 
 mod config;
 mod lane;
+mod resolve;
 mod route;
 mod share;
 pub(crate) mod sub_batch;
@@ -71,7 +72,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use self::lane::{Call, Copy, Keyed, Lane, Reply, Retry, MAX_CALLS};
+use self::lane::{Call, Copy, Deadline, Keyed, Lane, Reply, Retry, MAX_CALLS};
 use self::route::{Pattern, Rules};
 use self::share::Answer;
 use crate::client::address::Address;
@@ -118,6 +119,8 @@ pub(crate) struct Upstream {
     /// As given (for messages).
     pub(crate) url: String,
     pub(crate) address: Address,
+    /// TCP and HTTP: where its name resolved to.
+    pub(crate) resolved: resolve::Resolved,
 }
 
 /// Upstreams of one name, balanced by least outstanding calls.
@@ -157,9 +160,6 @@ pub(crate) struct Shared {
     timeout: Duration,
     /// The longest answer line read from an upstream.
     pub(crate) max_answer_bytes: usize,
-    /// The most elements of a client batch sent upstream in one batch request (1: each
-    /// on its own).
-    batch_max: usize,
     /// Where forwarded calls spend their time, per upstream.
     pub(crate) timings: timing::Timings,
     waker: mio::Waker,
@@ -206,8 +206,8 @@ impl Shared {
         };
         let lane = &self.lanes[i];
         // An element of a client batch joins the batch's sub-batch for this lane.
-        let batch = if self.batch_max > 1 {
-            sub_batch::owner().map(|owner| (owner, self.batch_max))
+        let batch = if lane.batch_max > 1 {
+            sub_batch::owner().map(|owner| (owner, lane.batch_max))
         } else {
             None
         };
@@ -236,7 +236,7 @@ impl Shared {
             let keying = KEY.with(|k| {
                 let mut k = k.borrow_mut();
                 k.clear();
-                share::write_key(&mut k, method, params.nodes());
+                share::write_key(&mut k, method, params.nodes(), Some(params.raw()));
                 if ttl.is_some() {
                     if let Some(hit) = self.cache.get(&k, now) {
                         return Keying::Cached(responder, hit);
@@ -290,8 +290,17 @@ impl Shared {
                 q.request(batch, Some(id), |out| write_tail(out, method, &params));
                 None
             };
-            let until = now + self.timeout;
-            let deadline = ctx.deadline().map_or(until, |d| d.min(until));
+            let until = later(now, self.timeout);
+            let deadline = match ctx.deadline() {
+                Some(d) if d < until => Deadline {
+                    at: d,
+                    callers: true,
+                },
+                _ => Deadline {
+                    at: until,
+                    callers: false,
+                },
+            };
             q.park(
                 id,
                 (now, deadline),
@@ -429,6 +438,19 @@ thread_local! {
     static KEY: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// `now` + `d`, or far in the future if that cannot be told (a timeout of "forever").
+pub(crate) fn later(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
+        .or_else(|| now.checked_add(FAR))
+        .unwrap_or(now)
+}
+
+/// A hundred years: what a duration past any clock's range waits.
+const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// The default most elements of a sub-batch to an HTTP upstream.
+const HTTP_BATCH_MAX: usize = 100;
+
 /// Times an idempotent call is sent at most (the first time included).
 const MAX_ATTEMPTS: u8 = 3;
 
@@ -444,11 +466,7 @@ fn write_tail(out: &mut Vec<u8>, method: &str, params: &Params<'_>) {
             out.extend_from_slice(br#","params":"#);
             let at = out.len();
             out.extend_from_slice(text);
-            let mut from = at;
-            while let Some(k) = memchr::memchr2(b'\n', b'\r', &out[from..]) {
-                out[from + k] = b' ';
-                from += k + 1;
-            }
+            one_line(&mut out[at..]);
         }
         (None, Some(nodes)) => {
             out.extend_from_slice(br#","params":"#);
@@ -457,6 +475,18 @@ fn write_tail(out: &mut Vec<u8>, method: &str, params: &Params<'_>) {
         (None, None) => {}
     }
     out.extend_from_slice(b"}\n");
+}
+
+/// Turns the line breaks in JSON text (params, an answer) into spaces: outside
+/// strings (where JSON has them escaped) they are whitespace between tokens, as a
+/// pretty-printing peer writes them, and sent on as they came they would split the
+/// text into several lines for a newline-delimited peer.
+pub(crate) fn one_line(text: &mut [u8]) {
+    let mut from = 0;
+    while let Some(k) = memchr::memchr2(b'\n', b'\r', &text[from..]) {
+        text[from + k] = b' ';
+        from += k + 1;
+    }
 }
 
 /// Sets up a [`Proxy`]: upstreams by group, routes, connections and timeouts.
@@ -473,7 +503,7 @@ pub struct ProxyBuilder {
     connections: usize,
     timeout: Duration,
     max_answer_bytes: usize,
-    batch_max: usize,
+    batch_max: Option<usize>,
 }
 
 impl ProxyBuilder {
@@ -584,16 +614,21 @@ impl ProxyBuilder {
         self
     }
 
-    /// The most elements of a client batch sent upstream as one batch request (default
-    /// 100; 1 sends each element on its own). The elements of a client batch that go
-    /// to the same upstream connection are sent together as a batch (a *sub-batch*:
-    /// a batch's elements routed to different groups, or balanced over several
-    /// connections, go in several, concurrently); each element is still answered on
-    /// its own, and the answers merged back in the client's order. Keep it at or under
-    /// the upstreams' own batch limit: an upstream that refuses a whole batch fails
-    /// its elements.
+    /// The most elements of a client batch sent upstream as one batch request (1 sends
+    /// each element on its own). The elements of a client batch that go to the same
+    /// upstream connection are sent together as a batch (a *sub-batch*: a batch's
+    /// elements routed to different groups, or balanced over several connections, go
+    /// in several, concurrently); each element is still answered on its own, and the
+    /// answers merged back in the client's order.
+    ///
+    /// Default: 100 for `http://` upstreams, 1 for `tcp://` and `unix://` ones. Over
+    /// HTTP a response answers its request, so an upstream refusing a whole batch (one
+    /// error with id null, e.g. over its batch limit) has that error given to each
+    /// element; on a newline-delimited stream, answers are matched by id alone and
+    /// such an error cannot be told apart, so the elements would wait for the
+    /// timeout. Set it for stream upstreams known to accept batches of `n`.
     pub fn batch_max(&mut self, n: usize) -> &mut Self {
-        self.batch_max = n.max(1);
+        self.batch_max = Some(n.max(1));
         self
     }
 
@@ -640,10 +675,16 @@ impl ProxyBuilder {
             };
             for _ in 0..self.connections {
                 groups[g].lanes.push(lanes.len());
-                lanes.push(Lane::new(upstreams.len(), http_head.clone()));
+                let batch_max = self.batch_max.unwrap_or(if http_head.is_some() {
+                    HTTP_BATCH_MAX
+                } else {
+                    1
+                });
+                lanes.push(Lane::new(upstreams.len(), http_head.clone(), batch_max));
             }
             upstreams.push(Upstream {
                 url: url.clone(),
+                resolved: resolve::first(url, &address),
                 address,
             });
         }
@@ -682,7 +723,6 @@ impl ProxyBuilder {
             default_group,
             timeout: self.timeout,
             max_answer_bytes: self.max_answer_bytes,
-            batch_max: self.batch_max,
             timings: timing::Timings::new(upstreams_len),
             waker,
             woken: AtomicBool::new(false),
@@ -739,7 +779,7 @@ impl Proxy {
             connections: 2,
             timeout: Duration::from_secs(30),
             max_answer_bytes: crate::config::defaults::DEFAULT_MAX_RESPONSE_BYTES,
-            batch_max: 100,
+            batch_max: None,
         }
     }
 

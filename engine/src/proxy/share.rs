@@ -10,53 +10,112 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use simd_json::Node;
+use simd_json::{Node, StaticNode};
+
+use crate::codec::raw::RawCtx;
 
 use crate::codec::tape::{elements, members};
 use crate::dispatch::responder::Responder;
 use crate::error::RpcError;
 use crate::serializer::json::{write_str, write_value};
 
-/// Appends the canonical key of a call of `method` with params `params`.
-pub(crate) fn write_key(out: &mut Vec<u8>, method: &str, params: Option<&[Node<'_>]>) {
+/// Appends the canonical key of a call of `method` with params `params` (found in
+/// `raw`'s frame).
+pub(crate) fn write_key(
+    out: &mut Vec<u8>,
+    method: &str,
+    params: Option<&[Node<'_>]>,
+    raw: Option<RawCtx<'_>>,
+) {
     out.extend_from_slice(method.as_bytes());
     // A byte no JSON text and no UTF-8 method name holds: the method ends here.
     out.push(0xff);
     if let Some(nodes) = params {
-        canonical(out, nodes);
+        // A float is keyed by its text: two numbers one f64 cannot tell apart (integers
+        // past 2^64, long fractions) may differ to the upstream. Finding the text costs
+        // a walk of the frame, done only when there is a float.
+        let floats = nodes
+            .iter()
+            .any(|n| matches!(n, Node::Static(StaticNode::F64(_))));
+        let at = match raw {
+            Some(raw) if floats => raw.structural_of(nodes).map(|s| (raw, s)),
+            _ => None,
+        };
+        canonical(out, nodes, at);
     }
 }
 
-/// Re-encodes the value spanning `nodes` with object members in name order. Recursion
-/// is bounded by the parser's depth limit.
-fn canonical(out: &mut Vec<u8>, nodes: &[Node<'_>]) {
+/// Where a value's text is: the frame, and the index of its first structural.
+type At<'a> = Option<(RawCtx<'a>, usize)>;
+
+/// Re-encodes the value spanning `nodes` with object members in name order; `at` is
+/// where its text is (the frame, and the index of its first structural), to write
+/// floats as they were sent. Recursion is bounded by the parser's depth limit.
+fn canonical(out: &mut Vec<u8>, nodes: &[Node<'_>], at: At<'_>) {
     match nodes.first() {
         Some(Node::Array { .. }) => {
             out.push(b'[');
+            // Past the `[`; each element's structurals, then its `,`.
+            let mut next = at.map(|(raw, s)| (raw, s + 1));
             for (i, e) in elements(nodes).enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
-                canonical(out, e);
+                canonical(out, e, next);
+                next = next.map(|(raw, s)| (raw, s + structurals(e) + 1));
             }
             out.push(b']');
         }
         Some(Node::Object { .. }) => {
-            let mut sorted: Vec<(&str, &[Node<'_>])> =
-                members(nodes).filter_map(Result::ok).collect();
+            // Each member with where its value starts: past the `{`, then per member its
+            // key and `:`, its value's structurals and a `,`.
+            let mut next = at.map(|(raw, s)| (raw, s + 1));
+            let mut sorted: Vec<(&str, &[Node<'_>], At<'_>)> = Vec::new();
+            for (k, v) in members(nodes).filter_map(Result::ok) {
+                let value_at = next.map(|(raw, s)| (raw, s + 2));
+                sorted.push((k, v, value_at));
+                next = value_at.map(|(raw, s)| (raw, s + structurals(v) + 1));
+            }
             sorted.sort_by(|a, b| a.0.cmp(b.0));
             out.push(b'{');
-            for (i, (k, v)) in sorted.into_iter().enumerate() {
+            for (i, (k, v, value_at)) in sorted.into_iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
                 write_str(out, k);
                 out.push(b':');
-                canonical(out, v);
+                canonical(out, v, value_at);
             }
             out.push(b'}');
         }
+        Some(Node::Static(StaticNode::F64(_))) => {
+            let text = at.and_then(|(raw, s)| raw.scalar_text_at(s));
+            match text {
+                Some(t) if t.first().is_some_and(|&c| c == b'-' || c.is_ascii_digit()) => {
+                    out.extend_from_slice(t);
+                }
+                _ => write_value(out, nodes),
+            }
+        }
         _ => write_value(out, nodes),
+    }
+}
+
+/// How many structural characters the value spanning `nodes` has: one for a scalar;
+/// a container's brackets, commas, and for an object each key and `:`.
+fn structurals(nodes: &[Node<'_>]) -> usize {
+    match nodes.first() {
+        Some(&Node::Array { len, .. }) => {
+            2 + len.saturating_sub(1) + elements(nodes).map(structurals).sum::<usize>()
+        }
+        Some(&Node::Object { len, .. }) => {
+            2 + len.saturating_sub(1)
+                + members(nodes)
+                    .filter_map(Result::ok)
+                    .map(|(_, v)| 2 + structurals(v))
+                    .sum::<usize>()
+        }
+        _ => 1,
     }
 }
 
@@ -154,7 +213,7 @@ impl Cache {
             Some((until, result)) if *until > now => Some(Arc::clone(result)),
             Some(_) => {
                 if let Some((k, (_, r))) = c.entries.remove_entry(key) {
-                    c.bytes -= k.len() + r.len();
+                    c.bytes -= charge(&k, &r);
                 }
                 None
             }
@@ -165,7 +224,7 @@ impl Cache {
     /// Keeps `result` under `key` for `ttl`. When full, expired entries go first, then
     /// the whole cache is cleared (simple, and bounded: a cache is a hint).
     pub(crate) fn put(&self, key: Arc<[u8]>, result: &[u8], ttl: Duration) {
-        let size = key.len() + result.len();
+        let size = key.len() + result.len() + ENTRY_OVERHEAD;
         if size > self.max_bytes / 4 {
             return;
         }
@@ -176,7 +235,7 @@ impl Cache {
             c.entries.retain(|k, (until, r)| {
                 let keep = *until > now;
                 if !keep {
-                    freed += k.len() + r.len();
+                    freed += charge(k, r);
                 }
                 keep
             });
@@ -187,11 +246,22 @@ impl Cache {
             }
         }
         if let Some((k, (_, r))) = c.entries.remove_entry(&key) {
-            c.bytes -= k.len() + r.len();
+            c.bytes -= charge(&k, &r);
         }
-        c.entries.insert(key, (now + ttl, result.into()));
+        c.entries
+            .insert(key, (super::later(now, ttl), result.into()));
         c.bytes += size;
     }
+}
+
+/// What a cache entry costs beside its key and result: the table's slot, the two
+/// reference counts and allocation headers, the expiry (so many tiny entries stay
+/// within the bound too).
+const ENTRY_OVERHEAD: usize = 96;
+
+/// The bytes an entry is charged.
+fn charge(key: &[u8], result: &[u8]) -> usize {
+    key.len() + result.len() + ENTRY_OVERHEAD
 }
 
 #[cfg(test)]
@@ -207,7 +277,12 @@ mod tests {
         let mut tape = Tape(Vec::new());
         simd_json::fill_tape_padded(&mut copy, len, &mut buffers, &mut tape).unwrap();
         let mut out = Vec::new();
-        write_key(&mut out, "m", Some(&tape.0));
+        let raw = RawCtx {
+            frame: params.as_bytes(),
+            structurals: buffers.structural_indexes(),
+            root: &tape.0,
+        };
+        write_key(&mut out, "m", Some(&tape.0), Some(raw));
         out
     }
 
@@ -220,15 +295,40 @@ mod tests {
         assert_ne!(key(r#"[1,2]"#), key(r#"[2,1]"#));
         assert_ne!(key(r#"{"a":1}"#), key(r#"{"a":"1"}"#));
         let mut a = Vec::new();
-        write_key(&mut a, "ab", None);
+        write_key(&mut a, "ab", None, None);
         let mut b = Vec::new();
-        write_key(&mut b, "a", None);
+        write_key(&mut b, "a", None, None);
         assert_ne!(a, b);
+    }
+
+    /// Numbers one f64 cannot tell apart are different calls to an upstream that
+    /// reads them exactly; equal texts in other member orders are still one key.
+    #[test]
+    fn keys_keep_numbers_apart() {
+        assert_ne!(
+            key("[100000000000000000001]"),
+            key("[100000000000000000000]")
+        );
+        assert_ne!(key("[0.1]"), key("[0.10000000000000001]"));
+        assert_ne!(
+            key(r#"{"b":[1,{"c":0.1}],"a":1e300}"#),
+            key(r#"{"b":[1,{"c":0.10000000000000001}],"a":1e300}"#)
+        );
+        assert_eq!(
+            key(r#"{"b":[1.5, {"c":0.10000000000000001, "d":[]}], "a":-2.50}"#),
+            key(r#" { "a" : -2.50 , "b" : [ 1.5 , { "d" : [ ] , "c" : 0.10000000000000001 } ] } "#)
+        );
+        let sorted =
+            String::from_utf8_lossy(&key(r#"{"z":[0.25,{"y":3e2}],"a":[[],-0.0]}"#)).into_owned();
+        assert!(
+            sorted.ends_with(r#"{"a":[[],-0.0],"z":[0.25,{"y":3e2}]}"#),
+            "{sorted}"
+        );
     }
 
     #[test]
     fn the_cache_expires_and_stays_within_its_bytes() {
-        let c = Cache::new(1000);
+        let c = Cache::new(2000);
         let now = Instant::now();
         c.put(Arc::from(&b"k1"[..]), b"r1", Duration::from_secs(60));
         assert_eq!(c.get(b"k1", now).as_deref(), Some(&b"r1"[..]));
@@ -239,11 +339,11 @@ mod tests {
                 &[b'x'; 100],
                 Duration::from_secs(60),
             );
-            assert!(c.lock().bytes <= 1000);
+            assert!(c.lock().bytes <= 2000);
         }
         c.put(
             Arc::from(&b"big"[..]),
-            &[b'x'; 600],
+            &[b'x'; 500],
             Duration::from_secs(60),
         );
         assert_eq!(

@@ -4,7 +4,6 @@
 //! own id around them). It also times calls out and reconnects lost upstreams.
 
 use std::io::{self, Write};
-use std::net::ToSocketAddrs;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -17,7 +16,7 @@ use simd_json::Node;
 use super::lane::{Call, Lane, Sent};
 use super::share::Answer;
 use super::timing::quantile;
-use super::{HedgeAfter, Shared};
+use super::{later, one_line, HedgeAfter, Shared};
 use crate::client::address::Address;
 use crate::client::http::Decoder as HttpDecoder;
 use crate::codec::raw::RawCtx;
@@ -267,7 +266,7 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Poll) {
             checked: 0,
         })
         .collect();
-    let next_health = Instant::now() + shared.health.unwrap_or_default();
+    let next_health = later(Instant::now(), shared.health.unwrap_or_default());
     let hedging = Hedging::new(&shared);
     let mut up = Upstreams {
         shared,
@@ -350,25 +349,21 @@ impl Upstreams {
 
     /// Starts connecting link `i`; a failure to even start marks it down.
     fn connect(&mut self, i: usize) {
-        let address = &self.shared.upstreams[self.lane(i).upstream].address;
-        let resolve = |hostport: &str| {
-            hostport.to_socket_addrs().and_then(|mut addrs| {
-                addrs.next().ok_or_else(|| {
-                    io::Error::new(io::ErrorKind::NotFound, "the name has no address")
-                })
-            })
-        };
-        let tcp = |addr| {
-            mio::net::TcpStream::connect(addr).map(|s| {
-                let _ = s.set_nodelay(true);
-                Stream::Tcp(s)
-            })
-        };
+        let u = self.lane(i).upstream;
+        let address = &self.shared.upstreams[u].address;
         let http = matches!(address, Address::Http { .. });
         let stream = match address {
-            Address::Tcp(hostport) => resolve(hostport).and_then(tcp),
-            Address::Http { authority, .. } => resolve(authority).and_then(tcp),
             Address::Unix(path) => mio::net::UnixStream::connect(path).map(Stream::Unix),
+            _ => match self.shared.upstreams[u].resolved.get() {
+                Some(addr) => mio::net::TcpStream::connect(addr).map(|s| {
+                    let _ = s.set_nodelay(true);
+                    Stream::Tcp(s)
+                }),
+                None => Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "its name is not resolved (yet)",
+                )),
+            },
         };
         let mut stream = match stream {
             Ok(s) => s,
@@ -568,16 +563,41 @@ impl Upstreams {
         }
         loop {
             let link = &mut self.links[i];
-            let line = match link.lines.decode(&mut link.rbuf) {
+            let max = self.shared.max_answer_bytes;
+            // An answer about to be found over the limit: the call it answers is failed
+            // if its id comes early enough to be read; the rest of the line is skipped
+            // and the connection kept (the other calls on it are fine).
+            let oversized = !link.lines.is_discarding()
+                && link.rbuf.len() > max + 1
+                && memchr::memchr(b'\n', &link.rbuf[..=max + 1]).is_none();
+            let id = oversized.then(|| leading_id(&link.rbuf)).flatten();
+            let mut line = match link.lines.decode(&mut link.rbuf) {
                 Ok(Some(line)) => line,
                 Ok(None) => return Ok(()),
-                Err(_) => return Err(Lost::Garbage("an answer over the size limit")),
+                Err(_) => {
+                    let lane = &self.shared.lanes[i];
+                    if let Some(call) = id.and_then(|id| lane.take(id)) {
+                        let why = format!(
+                            "Server busy: the upstream's answer is over the proxy's \
+                             max_answer_bytes ({max})"
+                        );
+                        let e = RpcError::new(Reason::UpstreamUnavailable, why);
+                        self.shared.finish(call.reply, &Answer::Error(&e));
+                    }
+                    tracing::warn!(
+                        "proxy: upstream {} sent an answer over max_answer_bytes ({max}); \
+                         it was dropped",
+                        self.shared.upstreams[lane.upstream].url
+                    );
+                    continue;
+                }
             };
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
             link.answered += 1;
             link.stalls = 0;
+            one_line(&mut line);
             let probe = link.probe.map(|(id, _)| id);
             let lane = &self.shared.lanes[i];
             let seen = timer(&self.shared, lane.upstream);
@@ -595,25 +615,30 @@ impl Upstreams {
             let Some(decoder) = link.http.as_mut() else {
                 return Ok(());
             };
-            let reply = match decoder.decode(&mut link.rbuf, self.shared.max_answer_bytes, eof) {
+            let mut reply = match decoder.decode(&mut link.rbuf, self.shared.max_answer_bytes, eof)
+            {
                 Ok(Some(reply)) => reply,
                 Ok(None) => return Ok(()),
                 Err(_) => return Err(Lost::Garbage("a malformed HTTP response")),
             };
             link.answered += 1;
             link.stalls = 0;
+            one_line(&mut reply.body);
             let probe = link.probe.map(|(id, _)| id);
             let lane = &self.shared.lanes[i];
-            let Some(sent) = lane.lock().fifo.pop_front() else {
+            let Some(sent) = lane.lock().answered() else {
                 return Err(Lost::Garbage("an HTTP response to no request"));
             };
             if matches!(sent, Sent::One(id) if Some(id) == probe) {
                 // Any response proves the upstream serves.
                 self.healthy(i);
+                if reply.close {
+                    return Err(Lost::Closed);
+                }
                 continue;
             }
             let seen = timer(&self.shared, lane.upstream);
-            relay_http(
+            let relayed = relay_http(
                 &mut self.scratch,
                 &self.shared,
                 (reply.status, &reply.body),
@@ -624,6 +649,7 @@ impl Upstreams {
             if let Sent::Batch(members) = sent {
                 lane.lock().keep_members(members);
             }
+            relayed?;
             if reply.close {
                 return Err(Lost::Closed);
             }
@@ -653,6 +679,8 @@ impl Upstreams {
         if quick {
             link.state = State::Down(Instant::now());
         } else {
+            // Its name may have moved: looked up again before the next attempt.
+            super::resolve::again(&self.shared, self.shared.lanes[i].upstream);
             link.state = State::Down(Instant::now() + link.backoff);
             link.backoff = (link.backoff * 2).min(MAX_BACKOFF);
             link.suspect = true;
@@ -737,7 +765,7 @@ impl Upstreams {
         }
         if let Some(every) = self.shared.health {
             if now >= self.next_health {
-                self.next_health = now + every;
+                self.next_health = later(now, every);
                 self.check_health(every);
             }
         }
@@ -745,13 +773,24 @@ impl Upstreams {
             let lane = &self.shared.lanes[i];
             if lane.outstanding.load(Ordering::Relaxed) > 0 {
                 lane.expired(now, &mut self.keys, &mut self.calls);
-                let e = RpcError::new(
-                    Reason::UpstreamTimeout,
-                    "Request timed out: the upstream did not answer within the proxy's \
-                     upstream timeout",
-                );
-                let expired = u32::try_from(self.calls.len()).unwrap_or(u32::MAX);
+                // Only the proxy's own timeout says the upstream stalls: a caller's
+                // short budget must not let one client take an upstream out.
+                let mut expired = 0u32;
                 for call in self.calls.drain(..) {
+                    let e = if call.deadline.callers {
+                        RpcError::new(
+                            Reason::UpstreamTimeout,
+                            "Request timed out: the upstream did not answer within the \
+                             call's deadline",
+                        )
+                    } else {
+                        expired = expired.saturating_add(1);
+                        RpcError::new(
+                            Reason::UpstreamTimeout,
+                            "Request timed out: the upstream did not answer within the \
+                             proxy's upstream timeout",
+                        )
+                    };
                     self.shared.finish(call.reply, &Answer::Error(&e));
                 }
                 let link = &mut self.links[i];
@@ -836,7 +875,9 @@ fn relay_one(
 /// notification's, whose answer is dropped). A body that is a JSON-RPC response is
 /// relayed whatever the status (an upstream's 401 or 429 carries its JSON-RPC error);
 /// anything else fails the request's calls, and the connection stays (HTTP framing is
-/// intact).
+/// intact). A single answer whose id is another private id than its request's is
+/// garbage: the responses are out of step with the requests (an extra or unsolicited
+/// response), and trusting the order would give later callers each other's answers.
 fn relay_http(
     scratch: &mut Scratch,
     shared: &Shared,
@@ -844,13 +885,14 @@ fn relay_http(
     sent: &Sent,
     lane: &Lane,
     seen: impl Fn(&Call),
-) {
+) -> Result<(), Lost> {
     let members: &[u64] = match sent {
-        Sent::One(0) => return,
+        Sent::One(0) => return Ok(()),
         Sent::One(id) => std::slice::from_ref(id),
         Sent::Batch(members) => members,
     };
     let single = matches!(sent, Sent::One(_));
+    let mut astray = false;
     scratch.parse(body, |parsed| {
         let Ok(raw) = parsed else { return };
         if let Some(Node::Array { .. }) = raw.root.first() {
@@ -876,6 +918,10 @@ fn relay_http(
         let Ok(response) = validate_response(raw.root) else {
             return;
         };
+        if single && !matches!(response.id, Id::Null) && response.id != Id::UInt(members[0]) {
+            astray = true;
+            return;
+        }
         let Some(answer) = answer_of(raw, raw.root, response.body) else {
             return;
         };
@@ -902,6 +948,10 @@ fn relay_http(
             _ => {}
         }
     });
+    if astray {
+        // The connection goes down: its calls (this one too) fail or are resent.
+        return Err(Lost::Garbage("an HTTP response for another request"));
+    }
     // Calls the response did not answer.
     for &id in members {
         if let Some(call) = lane.take(id) {
@@ -917,6 +967,59 @@ fn relay_http(
             shared.finish(call.reply, &Answer::Error(&e));
         }
     }
+    Ok(())
+}
+
+/// The top-level `"id"` of the JSON object that `text` begins (an answer too long to
+/// be parsed whole), if it is in `text` and an unsigned integer (a private id).
+/// Strings are skipped with their escapes, so an `"id"` inside the result is not taken.
+fn leading_id(text: &[u8]) -> Option<u64> {
+    if text.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return None;
+    }
+    let mut depth = 0u32;
+    let mut key_next = false;
+    let mut i = 0;
+    while let Some(&b) = text.get(i) {
+        match b {
+            b'"' => {
+                let start = i + 1;
+                let mut end = start;
+                loop {
+                    match *text.get(end)? {
+                        b'\\' => end += 2,
+                        b'"' => break,
+                        _ => end += 1,
+                    }
+                }
+                if depth == 1 && std::mem::take(&mut key_next) && &text[start..end] == b"id" {
+                    let rest = &text[end + 1..];
+                    let colon = rest.iter().position(|b| !b.is_ascii_whitespace())?;
+                    if rest[colon] != b':' {
+                        return None;
+                    }
+                    let value = rest[colon + 1..].trim_ascii_start();
+                    let digits = value.iter().take_while(|b| b.is_ascii_digit()).count();
+                    // The number must end inside `text` to be whole.
+                    if digits == 0 || digits == value.len() {
+                        return None;
+                    }
+                    return std::str::from_utf8(&value[..digits]).ok()?.parse().ok();
+                }
+                i = end + 1;
+                continue;
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                key_next = depth == 1;
+            }
+            b'}' | b']' => depth = depth.checked_sub(1)?,
+            b',' if depth == 1 => key_next = true,
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 /// Why an answer is dropped when its `result` or `error` text cannot be found.
@@ -955,5 +1058,29 @@ fn answer_of<'a>(raw: RawCtx<'a>, nodes: &'a [Node<'a>], body: Body<'a>) -> Opti
             .find(|(key, _)| *key == "error")
             .and_then(|(_, value)| raw.value_text(value))
             .map(|text| Answer::Relayed(code, text)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::leading_id;
+
+    #[test]
+    fn the_id_of_a_long_answer_is_read_from_its_beginning() {
+        assert_eq!(
+            leading_id(br#"{"jsonrpc":"2.0","id":1234,"result":"xxxx"#),
+            Some(1234)
+        );
+        assert_eq!(leading_id(br#" { "id" : 7 , "result":[1,"#), Some(7));
+        // An "id" inside the result, or inside a string, is not the answer's.
+        assert_eq!(
+            leading_id(br#"{"result":{"id":5,"a":"\",\"id\":6"},"id":9,"#),
+            Some(9)
+        );
+        assert_eq!(leading_id(br#"{"result":["id",{"id":5}],"x":"#), None);
+        // Cut off inside the number, or not a private id.
+        assert_eq!(leading_id(br#"{"id":123"#), None);
+        assert_eq!(leading_id(br#"{"id":"abc","result":"#), None);
+        assert_eq!(leading_id(br#"[{"id":1,"result":"#), None);
     }
 }
