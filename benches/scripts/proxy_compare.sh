@@ -17,8 +17,9 @@
 #           the ringrpc proxy can match it and loadgen can verify it): pure overhead;
 #   server  the ringrpc demo server: real answers.
 # nginx and HAProxy are HTTP proxies, so they forward to an upstream's HTTP port; the
-# ringrpc proxy forwards to its newline-delimited TCP port (the only upstream transport it
-# has), on its own few pipelined connections whatever the client side is.
+# ringrpc proxy forwards to its newline-delimited TCP port (it also speaks HTTP upstream;
+# TCP is what it is measured with), on its own few pipelined connections whatever the
+# client side is.
 #
 # Contenders (each started fresh for each run, stopped after it):
 #   direct       loadgen straight to the upstream's HTTP port (no proxy)
