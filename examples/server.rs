@@ -28,7 +28,8 @@ struct Args {
     /// Newline-delimited JSON-RPC over TCP on ADDR ("off" to disable).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7700")]
     tcp: String,
-    /// JSON-RPC over HTTP/1.1 on ADDR ("off" to disable).
+    /// JSON-RPC over HTTP/1.1 on ADDR, and over WebSocket on the same path ("off" to
+    /// disable).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7701")]
     http: String,
     /// Newline-delimited JSON-RPC on a Unix domain socket at PATH.

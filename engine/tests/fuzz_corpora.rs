@@ -1,7 +1,7 @@
 //! Replays the committed fuzz corpora on stable Rust, through the same checks the fuzz
 //! targets apply (`ringrpc::fuzzing`), so `cargo test --workspace` re-runs every input
 //! the fuzzer kept: `fuzz/corpus/<target>/` for `engine`, `differential`, `lines`,
-//! `http` and `client`, and, for `structured` (whose corpus files are `arbitrary`'s encoding), the
+//! `http`, `websocket` and `client`, and, for `structured` (whose corpus files are `arbitrary`'s encoding), the
 //! JSON frames they render to in `fuzz/rendered/structured/`. See docs/FUZZING.md.
 //!
 //! All failing inputs of a target are reported together, each by file name.
@@ -55,6 +55,11 @@ fn differential_corpus() {
 #[test]
 fn lines_corpus() {
     replay("corpus/lines", fuzzing::check_lines);
+}
+
+#[test]
+fn websocket_corpus() {
+    replay("corpus/websocket", fuzzing::check_websocket);
 }
 
 #[test]

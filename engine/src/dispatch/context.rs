@@ -26,6 +26,9 @@ pub enum Transport {
     Http,
     /// Newline-delimited JSON on stdin/stdout.
     Stdio,
+    /// JSON-RPC over WebSocket (RFC 6455): one request or batch per message, on the HTTP
+    /// listener's path after an `Upgrade: websocket`.
+    WebSocket,
     /// No transport of ringrpc's: the frame was handed to [`Engine::handle`] by an
     /// embedder.
     ///
@@ -34,13 +37,14 @@ pub enum Transport {
 }
 
 impl Transport {
-    /// `"tcp"`, `"unix"`, `"http"`, `"stdio"` or `"embedded"`.
+    /// `"tcp"`, `"unix"`, `"http"`, `"stdio"`, `"ws"` or `"embedded"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Tcp => "tcp",
             Self::Unix => "unix",
             Self::Http => "http",
             Self::Stdio => "stdio",
+            Self::WebSocket => "ws",
             Self::Embedded => "embedded",
         }
     }
@@ -53,7 +57,8 @@ impl Transport {
             Self::Unix => 1,
             Self::Http => 2,
             Self::Stdio => 3,
-            Self::Embedded => 4,
+            Self::WebSocket => 4,
+            Self::Embedded => 5,
         }
     }
 }

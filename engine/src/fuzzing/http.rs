@@ -50,6 +50,13 @@ pub fn check_http(data: &[u8]) {
                 assert!(!continued, "two 100-continue for one request: {whole:?}");
                 continued = true;
             }
+            Ev::Upgrade(key, head, reply) => {
+                // What follows the handshake is not HTTP: nothing more is decoded.
+                assert!(crate::transport::websocket::valid_key(key), "{key:?}");
+                assert!(head.ends_with(b"\r\n\r\n"), "not a whole head: {head:?}");
+                assert!(!reply.keep_alive);
+                closed = true;
+            }
             Ev::Reject(status, close, header, error, _, _) => {
                 assert_eq!((*status, *header), (error.status(), error.header()));
                 closed = *close;
@@ -71,6 +78,7 @@ enum Ev {
     Metrics(Reply, bool),
     Preflight(Reply),
     Continue,
+    Upgrade([u8; 24], Vec<u8>, Reply),
     Reject(
         u16,
         bool,
@@ -130,6 +138,7 @@ fn feed_http<'p>(limits: &HttpLimits, pieces: impl IntoIterator<Item = &'p [u8]>
                 HttpEvent::Metrics { reply, head } => Ev::Metrics(reply, head),
                 HttpEvent::Preflight { reply } => Ev::Preflight(reply),
                 HttpEvent::Continue => Ev::Continue,
+                HttpEvent::Upgrade { key, head, reply } => Ev::Upgrade(key, head.to_vec(), reply),
                 HttpEvent::Reject {
                     status,
                     close,

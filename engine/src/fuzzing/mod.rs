@@ -17,7 +17,8 @@
 //!
 //! Built only with the `fuzzing` cargo feature (the fuzz crate and the engine's own
 //! replay tests turn it on), one module per concern: [`reference`] (the serde_json
-//! oracle), `engine` (the `engine` and `differential` targets), `lines`, `http`, and the
+//! oracle), `engine` (the `engine` and `differential` targets), `lines`, `http`,
+//! `websocket`, and the
 //! client's checks, which live with the client (`client/fuzzing.rs`) so its internals
 //! stay private to it.
 
@@ -25,11 +26,13 @@ mod engine;
 mod http;
 mod lines;
 pub(crate) mod reference;
+mod websocket;
 
 pub use engine::{check_differential, check_engine};
 pub use http::check_http;
 pub use lines::check_lines;
 pub use reference::number_tokens;
+pub use websocket::check_websocket;
 
 #[cfg(feature = "client")]
 pub use crate::client::fuzzing::check_client;

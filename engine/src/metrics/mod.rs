@@ -32,11 +32,12 @@ use histogram::{Ticks, BATCH_BOUNDS, BATCH_BUCKETS, DURATION_BOUNDS, DURATION_BU
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Transports, as label values, in [`Transport::index`] order.
-const TRANSPORTS: [Transport; 5] = [
+const TRANSPORTS: [Transport; 6] = [
     Transport::Tcp,
     Transport::Unix,
     Transport::Http,
     Transport::Stdio,
+    Transport::WebSocket,
     Transport::Embedded,
 ];
 
@@ -483,7 +484,7 @@ impl Metrics {
             "gauge",
             "Open connections, by transport.",
         );
-        for (t, transport) in TRANSPORTS.iter().enumerate().take(4) {
+        for (t, transport) in TRANSPORTS.iter().enumerate().take(5) {
             let n = gauge(&|sh| sh.connections[t].load(Relaxed)).max(0);
             let _ = writeln!(
                 out,
@@ -518,7 +519,7 @@ impl Metrics {
             ),
         ] {
             head(&mut out, name, "counter", help);
-            for (t, transport) in TRANSPORTS.iter().enumerate().take(4) {
+            for (t, transport) in TRANSPORTS.iter().enumerate().take(5) {
                 let n = sum(&|sh| if pick { &sh.received } else { &sh.sent }[t].load(Relaxed));
                 let _ = writeln!(out, "{name}{{transport=\"{}\"}} {n}", transport.as_str());
             }

@@ -16,6 +16,7 @@ use crate::codec::LineDecoder;
 use crate::dispatch::context::Connection;
 use crate::guard::Session;
 use crate::transport::http::HttpDecoder;
+use crate::transport::websocket::WsDecoder;
 
 /// A connected stream socket.
 pub(crate) enum Stream {
@@ -65,6 +66,8 @@ impl Stream {
 pub(crate) enum Decoder {
     Line(LineDecoder),
     Http(Box<HttpDecoder>),
+    /// After a WebSocket handshake on the HTTP listener.
+    Ws(WsDecoder),
 }
 
 /// The most answers a connection may owe (pending or waiting their turn) before the
@@ -232,6 +235,7 @@ impl Conn {
             || match &self.decoder {
                 Decoder::Line(_) => false,
                 Decoder::Http(d) => !d.is_idle(),
+                Decoder::Ws(d) => d.mid_message(),
             };
         if !partial || self.read_closed || self.held {
             // (Held requests wait on the server, not on the client.)

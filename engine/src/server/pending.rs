@@ -44,6 +44,7 @@ use crate::serializer::batch::BatchWriter;
 use crate::serializer::response::write_error;
 use crate::trace::Trace;
 use crate::transport::http::{self, Reply, ServerHeaders};
+use crate::transport::websocket;
 
 /// Buffers kept for answers given later (pool and responders), per reactor.
 const SPARE_ANSWERS: usize = 1024;
@@ -879,8 +880,14 @@ fn finish(slot: &mut Slot, headers: &ServerHeaders, spares: &mut Spares) {
         spares.keep_buf(std::mem::take(&mut slot.late));
     }
     if slot.http.is_none() {
-        // A line: the JSON itself, ended.
-        if !json.is_empty() {
+        // A line: the JSON itself, ended; a WebSocket message: framed.
+        if slot.conn.transport() == Transport::WebSocket {
+            if !json.is_empty() {
+                let mut framed = spares.buf();
+                websocket::write_message(&mut framed, &json);
+                spares.keep_buf(std::mem::replace(&mut json, framed));
+            }
+        } else if !json.is_empty() {
             json.push(b'\n');
         }
         slot.buf = json;

@@ -18,9 +18,11 @@ use super::{Listener, Proto, Server};
 use crate::config::ServerConfig;
 use crate::dispatch::context::{Connection, Headers, Peer, Source, Transport};
 use crate::engine::{Engine, Outcome, Scratch, Split};
+use crate::error::FrameError;
 use crate::trace::Trace;
 use crate::transport::http::{self, HttpEvent, Reply, ServerHeaders};
 use crate::transport::io::{peer_cred, read_into};
+use crate::transport::websocket::{self, WsDecoder, WsEvent};
 
 pub(super) const WAKER: Token = Token(0);
 const SIGNALS: Token = Token(1);
@@ -358,9 +360,21 @@ fn serve(parts: Parts) -> io::Result<()> {
                         decode(&mut ctx, c, k, None);
                         c.flush();
                     }
-                    c.read_closed = true;
-                    if matches!(c.decoder, Decoder::Http(_)) {
-                        close_after_last(c);
+                    let was_closed = std::mem::replace(&mut c.read_closed, true);
+                    match c.decoder {
+                        Decoder::Http(_) => close_after_last(c),
+                        // After the last answer, a Close (unless one was sent).
+                        Decoder::Ws(_) if !was_closed => {
+                            let mark = c.out.len();
+                            websocket::write_close(
+                                &mut c.out,
+                                Some(websocket::GOING_AWAY),
+                                "the server is shutting down",
+                            );
+                            queue_if_behind(c, mark);
+                            c.flush();
+                        }
+                        _ => {}
                     }
                     if c.finished() {
                         close(&ctx, &poll, &mut conns, k);
@@ -427,11 +441,19 @@ fn slow_senders(ctx: &Ctx, conns: &mut Slab<Conn>, poll: &mio::Poll, limit: Dura
         conn.read_closed = true;
         conn.partial_since = None;
         conn.rbuf = BytesMut::new();
-        if matches!(conn.decoder, Decoder::Http(_)) {
-            let mark = conn.out.len();
-            http::write_status(&mut conn.out, 408, Reply::plain(false), &ctx.http, false);
-            queue_if_behind(conn, mark);
+        let mark = conn.out.len();
+        match conn.decoder {
+            Decoder::Http(_) => {
+                http::write_status(&mut conn.out, 408, Reply::plain(false), &ctx.http, false);
+            }
+            Decoder::Ws(_) => websocket::write_close(
+                &mut conn.out,
+                Some(websocket::POLICY),
+                "a message took too long to arrive",
+            ),
+            Decoder::Line(_) => {}
         }
+        queue_if_behind(conn, mark);
         conn.flush();
         if conn.finished() {
             close(ctx, poll, conns, key);
@@ -746,6 +768,9 @@ fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<
                     http::write_continue(&mut conn.out);
                     queue_if_behind(conn, mark);
                 }
+                Some(HttpEvent::Upgrade { key, head, reply }) => {
+                    upgrade(ctx, conn, &key, &head, reply);
+                }
                 Some(HttpEvent::Reject {
                     close,
                     origin,
@@ -765,8 +790,74 @@ fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<
                     queue_if_behind(conn, mark);
                 }
             },
+            Decoder::Ws(d) => match d.decode(&mut conn.rbuf) {
+                None => return,
+                Some(WsEvent::Message(frame)) => answer(ctx, conn, key, &frame, None, None),
+                Some(WsEvent::TooLarge) => {
+                    let mark = conn.out.len();
+                    if let Some(m) = ctx.pending.metrics() {
+                        m.call(
+                            ctx.engine.unknown(),
+                            conn.info.transport(),
+                            Some(crate::error::INVALID_REQUEST),
+                        );
+                    }
+                    let message = websocket::begin_message(&mut conn.out);
+                    let limit = ctx.engine.config().max_request_bytes;
+                    let _ = ctx
+                        .engine
+                        .write_frame_error(FrameError::TooLarge { limit }, &mut conn.out);
+                    websocket::finish_message(&mut conn.out, message);
+                    queue_if_behind(conn, mark);
+                }
+                // Control frames go out at once, between whole messages: a pong does
+                // not wait for answers still being computed.
+                Some(WsEvent::Ping(payload)) => websocket::write_pong(&mut conn.out, &payload),
+                Some(WsEvent::Close(code)) => {
+                    // Echoed after the answers owed; then the peer closes the socket.
+                    conn.read_closed = true;
+                    let mark = conn.out.len();
+                    websocket::write_close(&mut conn.out, code, "");
+                    queue_if_behind(conn, mark);
+                }
+                Some(WsEvent::Fail(code, why)) => {
+                    conn.read_closed = true;
+                    let mark = conn.out.len();
+                    websocket::write_close(&mut conn.out, Some(code), why);
+                    queue_if_behind(conn, mark);
+                }
+            },
         }
     }
+}
+
+/// A WebSocket handshake on an HTTP connection: checks credentials sent with it (the
+/// guard's, if set: a bad token is refused `401`; without one, calls on the WebSocket
+/// need `rpc.auth` as on TCP), answers `101`, and decodes what follows as frames.
+fn upgrade(ctx: &mut Ctx, conn: &mut Conn, key: &[u8; 24], head: &[u8], reply: Reply) {
+    let mark = conn.out.len();
+    if let Some(guard) = ctx.engine.guard() {
+        let headers = Headers::new(head);
+        if headers.get("authorization").is_some() {
+            if let Err(denied) = guard.authenticate_http(&conn.session, &headers) {
+                if let Some(m) = ctx.pending.metrics() {
+                    m.event(crate::metrics::Event::AuthFailure);
+                }
+                conn.read_closed = true;
+                refuse_unauthenticated(ctx, conn, reply, denied, &headers);
+                queue_if_behind(conn, mark);
+                return;
+            }
+        }
+    }
+    websocket::write_switch(&mut conn.out, key);
+    queue_if_behind(conn, mark);
+    conn.decoder = Decoder::Ws(WsDecoder::new(ctx.engine.config().max_request_bytes));
+    if let Some(m) = ctx.pending.metrics() {
+        m.connections(Transport::Http, -1);
+        m.connections(Transport::WebSocket, 1);
+    }
+    conn.info = Connection::new(Transport::WebSocket, conn.info.peer(), conn.info.id());
 }
 
 /// If earlier answers are still pending, the bytes just written at `mark` must wait
@@ -823,6 +914,9 @@ fn answer(
         };
         (mark, reply)
     });
+    // WebSocket: room for the frame's header, likewise.
+    let ws =
+        matches!(conn.decoder, Decoder::Ws(_)).then(|| websocket::begin_message(&mut conn.out));
     let body_at = conn.out.len();
     let source = match http {
         Some((_, request_head, budget)) => {
@@ -852,8 +946,11 @@ fn answer(
     let all_limited = head.as_ref().and_then(|_| sink.all_limited());
     if let Split::Done(outcome) = split {
         match (head, outcome) {
-            (None, Outcome::Reply) => conn.out.push(b'\n'),
-            (None, Outcome::Nothing) => {}
+            (None, Outcome::Reply) => match ws {
+                None => conn.out.push(b'\n'),
+                Some(m) => websocket::finish_message(&mut conn.out, m),
+            },
+            (None, Outcome::Nothing) => conn.out.truncate(ws.unwrap_or(body_at)),
             (Some((h, reply)), Outcome::Reply) if all_limited.is_some() => {
                 // Every call was refused by a rate limit: say so in the status too.
                 let body = conn.out.split_off(body_at);

@@ -2,3 +2,4 @@
 
 pub(crate) mod http;
 pub(crate) mod io;
+pub(crate) mod websocket;

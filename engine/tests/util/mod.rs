@@ -8,6 +8,7 @@ pub mod http;
 pub mod line;
 pub mod redis;
 pub mod server;
+pub mod ws;
 
 use std::path::PathBuf;
 

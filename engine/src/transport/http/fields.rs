@@ -125,6 +125,14 @@ pub(super) struct Fields<'h> {
     pub(super) budget: Option<Option<u32>>,
     /// The first `Origin`.
     pub(super) origin: Option<&'h [u8]>,
+    /// `Upgrade: websocket`.
+    pub(super) websocket: bool,
+    /// `Connection: upgrade`.
+    pub(super) upgrade: bool,
+    /// The first `Sec-WebSocket-Key`.
+    pub(super) ws_key: Option<&'h [u8]>,
+    /// The first `Sec-WebSocket-Version`.
+    pub(super) ws_version: Option<&'h [u8]>,
 }
 
 impl<'h> Fields<'h> {
@@ -141,7 +149,11 @@ impl<'h> Fields<'h> {
                 for token in list(value) {
                     self.close |= token.eq_ignore_ascii_case(b"close");
                     self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+                    self.upgrade |= token.eq_ignore_ascii_case(b"upgrade");
                 }
+            }
+            7 if is(b"upgrade") => {
+                self.websocket |= list(value).any(|p| p.eq_ignore_ascii_case(b"websocket"));
             }
             11 if is(b"traceparent") => self.traced = true,
             12 if is(b"content-type") => self.not_json |= !is_json(value),
@@ -161,6 +173,12 @@ impl<'h> Fields<'h> {
                         _ => self.length = Some(n),
                     }
                 }
+            }
+            17 if is(b"sec-websocket-key") => {
+                self.ws_key.get_or_insert(value);
+            }
+            21 if is(b"sec-websocket-version") => {
+                self.ws_version.get_or_insert(value);
             }
             17 if is(b"transfer-encoding") => {
                 self.te = true;

@@ -28,7 +28,9 @@
 //! - **Routes.** `POST` to [`HttpLimits::path`] is JSON-RPC; `GET /health` is the health
 //!   check. The path is compared byte for byte, query string excluded; an absolute-form
 //!   target (`http://host/path`) is reduced to its path. Any other path is 404; another
-//!   method on a known path is 405 with `Allow`.
+//!   method on a known path is 405 with `Allow`. A `GET` on the JSON-RPC path with
+//!   `Upgrade: websocket` is a WebSocket handshake ([`HttpEvent::Upgrade`], checked as
+//!   RFC 6455 §4.2.1 asks; the connection then leaves HTTP: see `transport::websocket`).
 //! - **Content-Type.** `application/json`, `application/json-rpc` or
 //!   `application/jsonrequest` (what jsonrpc4j and older clients send), case-insensitive,
 //!   with any parameters (`; charset=utf-8`). A request *without* Content-Type is

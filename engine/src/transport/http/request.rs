@@ -165,6 +165,13 @@ pub(crate) enum HttpError {
     /// 431: a chunked body's trailer section is longer than `max_head_bytes`.
     #[error("the chunked trailer section is larger than the server's limit (max_head_bytes)")]
     TrailersTooLarge,
+    /// 400: a WebSocket handshake that breaks RFC 6455 §4.2.1.
+    #[error("bad WebSocket handshake: {0}")]
+    Handshake(&'static str),
+    /// 426: a WebSocket handshake for a version other than 13; answered with
+    /// `Sec-WebSocket-Version: 13`.
+    #[error("only WebSocket version 13 is served")]
+    WebSocketVersion,
 }
 
 impl HttpError {
@@ -178,7 +185,8 @@ impl HttpError {
             | Self::LengthAndChunked
             | Self::NotChunked
             | Self::ChunkedHttp10
-            | Self::Chunk => 400,
+            | Self::Chunk
+            | Self::Handshake(_) => 400,
             Self::Origin => 403,
             Self::NotFound => 404,
             Self::Method { .. } => 405,
@@ -186,6 +194,7 @@ impl HttpError {
             Self::BodyTooLarge => 413,
             Self::MediaType | Self::ContentEncoding => 415,
             Self::HeadTooLarge | Self::TooManyHeaders | Self::TrailersTooLarge => 431,
+            Self::WebSocketVersion => 426,
             Self::TransferCoding => 501,
             Self::Version => 505,
         }
@@ -197,6 +206,7 @@ impl HttpError {
         match self {
             Self::Method { allow } => Some(("Allow", allow)),
             Self::ContentEncoding => Some(("Accept-Encoding", "identity")),
+            Self::WebSocketVersion => Some(("Sec-WebSocket-Version", "13")),
             _ => None,
         }
     }
@@ -299,6 +309,18 @@ pub(crate) enum HttpEvent {
         /// As for [`HttpEvent::Health`].
         reply: Reply,
     },
+    /// A WebSocket handshake (`GET` on the JSON-RPC path with `Upgrade: websocket`),
+    /// valid: answer `101 Switching Protocols`
+    /// ([`write_switch`](crate::transport::websocket::write_switch)) and decode what
+    /// follows as WebSocket frames. This decoder is done.
+    Upgrade {
+        /// The `Sec-WebSocket-Key`.
+        key: [u8; 24],
+        /// The request's head (for the guard's `Authorization` check).
+        head: bytes::Bytes,
+        /// For a refusal (never kept alive: what follows is not HTTP).
+        reply: Reply,
+    },
     /// The client sent `Expect: 100-continue` and the head is acceptable: write
     /// [`write_continue`](super::write_continue) now; the body follows, and then
     /// [`HttpEvent::Rpc`]. Emitted at most once per request.
@@ -319,6 +341,33 @@ pub(crate) enum HttpEvent {
         /// The request was `HEAD`: answer without a body.
         head: bool,
     },
+}
+
+/// A WebSocket handshake's key, if the handshake is valid (RFC 6455 §4.2.1): HTTP/1.1,
+/// `Connection: upgrade`, no body, a key of 16 base64-encoded bytes, version 13.
+fn websocket_key(f: &Fields<'_>, http11: bool, body: Framing) -> Result<[u8; 24], HttpError> {
+    if !http11 {
+        return Err(HttpError::Handshake("WebSocket needs HTTP/1.1"));
+    }
+    if !f.upgrade {
+        return Err(HttpError::Handshake("Connection must include upgrade"));
+    }
+    if !matches!(body, Framing::None | Framing::Length(0)) {
+        return Err(HttpError::Handshake("a handshake has no body"));
+    }
+    if f.ws_version != Some(b"13") {
+        return Err(HttpError::WebSocketVersion);
+    }
+    match f.ws_key {
+        Some(k) if crate::transport::websocket::valid_key(k) => {
+            let mut key = [0u8; 24];
+            key.copy_from_slice(k);
+            Ok(key)
+        }
+        _ => Err(HttpError::Handshake(
+            "Sec-WebSocket-Key must be 16 bytes in base64",
+        )),
+    }
 }
 
 /// Decodes HTTP/1.1 requests off the front of a connection's read buffer.
@@ -412,6 +461,12 @@ enum Plan {
         expect: bool,
         reply: Reply,
         head: bool,
+    },
+    /// A valid WebSocket handshake whose head is `head` bytes long.
+    Upgrade {
+        key: [u8; 24],
+        head: usize,
+        reply: Reply,
     },
 }
 
@@ -620,9 +675,9 @@ impl HttpDecoder {
         let plan = match parsed {
             Ok(httparse::Status::Complete(len)) => {
                 let plan = self.plan(&req, len);
-                // A JSON-RPC request's head stays in front of its body, for `Headers`;
-                // any other head is done with.
-                if !matches!(plan, Ok(Plan::Rpc { .. })) {
+                // A JSON-RPC request's head stays in front of its body, for `Headers`,
+                // and a handshake's goes with its event; any other head is done with.
+                if !matches!(plan, Ok(Plan::Rpc { .. } | Plan::Upgrade { .. })) {
                     buf.advance(len);
                 }
                 plan
@@ -742,6 +797,24 @@ impl HttpDecoder {
         if preflight && !origin.allowed() {
             return Ok(refuse(HttpError::Origin));
         }
+        if is_rpc && method == "GET" && f.websocket {
+            // A page's scripts may open a WebSocket to any site: with CORS origins
+            // configured, a page of another origin may not (cross-site hijacking).
+            if origin == Origin::Refused {
+                return Ok(refuse(HttpError::Origin));
+            }
+            return Ok(match websocket_key(&f, http11, body) {
+                Ok(key) => Plan::Upgrade {
+                    key,
+                    head: head_len,
+                    reply: Reply {
+                        keep_alive: false,
+                        origin,
+                    },
+                },
+                Err(error) => refuse(error),
+            });
+        }
         let get = method == "GET" || head;
         if preflight || ((is_health || is_metrics) && get) {
             let probe = match (preflight, is_metrics) {
@@ -777,6 +850,12 @@ impl HttpDecoder {
     /// Sets the state for the request's body and returns what to tell the caller now.
     fn start(&mut self, buf: &mut BytesMut, plan: Plan) -> Step {
         match plan {
+            Plan::Upgrade { key, head, reply } => {
+                // What follows the head is WebSocket's, not this decoder's.
+                self.state = State::Closed;
+                let head = buf.split_to(head).freeze();
+                Step::Event(HttpEvent::Upgrade { key, head, reply })
+            }
             Plan::Rpc { body, expect, meta } => {
                 self.state = match body {
                     Framing::Chunked => State::Chunked {
@@ -913,6 +992,7 @@ mod tests {
         Metrics(bool),
         Preflight(Reply),
         Continue,
+        Upgrade([u8; 24], Vec<u8>),
         Reject(u16, bool, Option<(&'static str, &'static str)>),
     }
 
@@ -938,6 +1018,7 @@ mod tests {
             HttpEvent::Metrics { reply, .. } => Ev::Metrics(reply.keep_alive),
             HttpEvent::Preflight { reply } => Ev::Preflight(reply),
             HttpEvent::Continue => Ev::Continue,
+            HttpEvent::Upgrade { key, head, .. } => Ev::Upgrade(key, head.to_vec()),
             HttpEvent::Reject {
                 status,
                 close,
