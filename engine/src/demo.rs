@@ -15,6 +15,8 @@
 //! | `incr` | `[n]` (default 1) | adds `n` to the engine's counter, answers the new value; marked for de-duplication ([`crate::dedup`]), so a retried call does not add twice |
 //! | `get_counter` | none | the counter's value |
 //! | `update`, `notify_hello`, `notify_sum` | anything | notifications: no answer |
+//! | `subscribe_ticks` | `[interval_ms]` (1 ≤ interval_ms ≤ 60000) | a subscription id; then notifications `tick` with `{"subscription": ID, "result": N}`, N = 0, 1, 2, … every interval (WebSocket, TCP, Unix) |
+//! | `unsubscribe_ticks` | `[ID]` | `true` (`false` for an id that is not the connection's); no `tick` of it follows |
 //!
 //! Integers are `i64`; overflow is answered with `-32602`. `foobar` does not exist.
 
@@ -26,7 +28,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Config, Context, Engine, Params, Registry, RegistryBuilder, Responder, RpcError};
+use crate::{
+    Config, Context, Engine, Params, Registry, RegistryBuilder, Responder, RpcError, Sink,
+};
 
 /// The longest `sleep` accepted, in milliseconds.
 pub const MAX_SLEEP_MS: u64 = 60_000;
@@ -70,6 +74,22 @@ pub fn builder() -> RegistryBuilder {
             move |_p: Params<'_>| -> Result<i64, RpcError> { Ok(read.load(Ordering::SeqCst)) },
         )?
         .deferred_method("delay", delay)?
+        .subscription(
+            "subscribe_ticks",
+            "tick",
+            "unsubscribe_ticks",
+            |_ctx: &Context<'_>, p: Params<'_>, sink: Sink| {
+                let [ms]: [u64; 1] = p.parse()?;
+                if !(1..=MAX_SLEEP_MS).contains(&ms) {
+                    return Err(RpcError::invalid_params(format_args!(
+                        "`interval_ms` must be 1 to {MAX_SLEEP_MS}"
+                    )));
+                }
+                let every = Duration::from_millis(ms);
+                timer().at(Instant::now() + every, Job::Tick { sink, every, n: 0 });
+                Ok(())
+            },
+        )?
         .method_with_ctx("whoami", |ctx: &Context<'_>, _p: Params<'_>| {
             Ok(Whoami {
                 transport: ctx.connection().transport().as_str(),
@@ -115,17 +135,26 @@ fn delay(_ctx: &Context<'_>, p: Params<'_>, responder: Responder) {
     timer().after(Duration::from_millis(ms), responder);
 }
 
-/// One thread answering `delay` calls when their time comes.
+/// What the timer does when its time comes.
+enum Job {
+    /// Answers a `delay` call.
+    Answer(Responder),
+    /// Sends tick `n` of a `subscribe_ticks` subscription, and the next one `every`
+    /// later (counted from when this one was due: no drift), until it ends.
+    Tick { sink: Sink, every: Duration, n: u64 },
+}
+
+/// One thread answering `delay` calls and sending ticks when their time comes.
 struct Timer {
     due: Mutex<BinaryHeap<Reverse<Due>>>,
     changed: Condvar,
 }
 
-/// A responder to answer at `at` (`seq` breaks ties in arrival order).
+/// A job to do at `at` (`seq` breaks ties in arrival order).
 struct Due {
     at: Instant,
     seq: u64,
-    responder: Responder,
+    job: Job,
 }
 
 impl PartialEq for Due {
@@ -164,14 +193,13 @@ fn timer() -> &'static Timer {
 
 impl Timer {
     fn after(&self, wait: Duration, responder: Responder) {
+        self.at(Instant::now() + wait, Job::Answer(responder));
+    }
+
+    fn at(&self, at: Instant, job: Job) {
         static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let due = Due {
-            at: Instant::now() + wait,
-            seq,
-            responder,
-        };
-        self.lock().push(Reverse(due));
+        self.lock().push(Reverse(Due { at, seq, job }));
         self.changed.notify_one();
     }
 
@@ -188,14 +216,28 @@ impl Timer {
             let mut ready = Vec::new();
             while due.peek().is_some_and(|Reverse(d)| d.at <= now) {
                 if let Some(Reverse(d)) = due.pop() {
-                    ready.push(d.responder);
+                    ready.push((d.at, d.job));
                 }
             }
             if !ready.is_empty() {
-                // Answered outside the lock: completing wakes a reactor.
+                // Done outside the lock: completing or sending wakes a reactor.
                 drop(due);
-                for r in ready {
-                    r.respond(Ok(()));
+                for (at, job) in ready {
+                    match job {
+                        Job::Answer(r) => r.respond(Ok(())),
+                        Job::Tick { sink, every, n } => {
+                            if sink.send(&n).is_ok() {
+                                self.at(
+                                    at + every,
+                                    Job::Tick {
+                                        sink,
+                                        every,
+                                        n: n + 1,
+                                    },
+                                );
+                            }
+                        }
+                    }
                 }
                 due = self.lock();
                 continue;

@@ -212,6 +212,9 @@ pub enum Reason {
     UpstreamUnavailable,
     /// `-32001`: a proxy's upstream did not answer within the proxy's upstream timeout.
     UpstreamTimeout,
+    /// `-32601`: a subscription method called over a transport that cannot push
+    /// notifications (HTTP, the no-I/O API).
+    PushUnsupported,
 }
 
 impl Reason {
@@ -235,6 +238,7 @@ impl Reason {
         Self::FingerprintMismatch,
         Self::UpstreamUnavailable,
         Self::UpstreamTimeout,
+        Self::PushUnsupported,
     ];
 
     /// The snake_case string sent as `data.reason`.
@@ -258,6 +262,7 @@ impl Reason {
             Self::FingerprintMismatch => "fingerprint_mismatch",
             Self::UpstreamUnavailable => "upstream_unavailable",
             Self::UpstreamTimeout => "upstream_timeout",
+            Self::PushUnsupported => "push_unsupported",
         }
     }
 
@@ -273,7 +278,7 @@ impl Reason {
             Self::InvalidRequest | Self::RequestTooLarge | Self::BatchTooLarge => {
                 ErrorCode::InvalidRequest
             }
-            Self::MethodNotFound => ErrorCode::MethodNotFound,
+            Self::MethodNotFound | Self::PushUnsupported => ErrorCode::MethodNotFound,
             Self::InvalidParams => ErrorCode::InvalidParams,
             Self::InternalError => ErrorCode::InternalError,
             Self::ServerBusy | Self::DedupUnavailable | Self::UpstreamUnavailable => {
@@ -315,6 +320,7 @@ impl Reason {
             Self::FingerprintMismatch => r#"{"reason":"fingerprint_mismatch"}"#,
             Self::UpstreamUnavailable => r#"{"reason":"upstream_unavailable"}"#,
             Self::UpstreamTimeout => r#"{"reason":"upstream_timeout"}"#,
+            Self::PushUnsupported => r#"{"reason":"push_unsupported"}"#,
         }
     }
 }
@@ -548,8 +554,9 @@ mod tests {
             Reason::FingerprintMismatch => 15,
             Reason::UpstreamUnavailable => 16,
             Reason::UpstreamTimeout => 17,
+            Reason::PushUnsupported => 18,
         };
-        assert_eq!(Reason::ALL.len(), 18);
+        assert_eq!(Reason::ALL.len(), 19);
         let mut names = std::collections::HashSet::new();
         for (i, &r) in Reason::ALL.iter().enumerate() {
             assert_eq!(position(r), i, "{r:?}");

@@ -434,6 +434,13 @@ fn trigger(reason: Reason) -> Vec<(&'static str, Value)> {
             let http = util::http::post(s.http, &[], &req("sum", json!([1]), 2)).body;
             vec![("tcp", tcp), ("http", http)]
         }
+        Reason::PushUnsupported => {
+            // A subscription over HTTP, which cannot carry its notifications.
+            let s = served(Config::default(), ServerConfig::default());
+            let call = req("subscribe_ticks", json!([10]), 1);
+            let http = util::http::post(s.http, &[], &call).body;
+            vec![("http", http)]
+        }
         other => panic!("no trigger for reason `{other}`: add one to this test"),
     }
 }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::codec::Id;
+use crate::dispatch::subscription::PushTo;
 use crate::guard::Session;
 use crate::trace::Trace;
 
@@ -212,6 +213,8 @@ pub struct Source<'a> {
     /// The caller's `RPC-Timeout-Ms` budget when the transport read it already
     /// (`None`: look in `headers` if there are any).
     pub(crate) header_budget: Option<Option<u32>>,
+    /// Where notifications go, on a connection that can carry them.
+    pub(crate) push: Option<PushTo<'a>>,
 }
 
 impl<'a> Source<'a> {
@@ -223,6 +226,7 @@ impl<'a> Source<'a> {
             session: None,
             trace: None,
             header_budget: None,
+            push: None,
         }
     }
 
@@ -235,6 +239,7 @@ impl<'a> Source<'a> {
             session: None,
             trace: None,
             header_budget: None,
+            push: None,
         }
     }
 
@@ -262,6 +267,14 @@ impl<'a> Source<'a> {
     pub(crate) fn with_header_budget(self, budget: Option<u32>) -> Self {
         Self {
             header_budget: Some(budget),
+            ..self
+        }
+    }
+
+    /// The same source, on a connection that carries notifications to `push`.
+    pub(crate) fn with_push(self, push: PushTo<'a>) -> Self {
+        Self {
+            push: Some(push),
             ..self
         }
     }
@@ -332,6 +345,12 @@ impl<'a> Context<'a> {
                 None => OnceCell::new(),
             },
         }
+    }
+
+    /// Where subscriptions opened by this call send their notifications (`None` on a
+    /// transport that cannot push: HTTP, the no-I/O API).
+    pub(crate) fn push(&self) -> Option<PushTo<'a>> {
+        self.source.push
     }
 
     /// Who the caller is: the identity the engine's [`Guard`](crate::guard::Guard)

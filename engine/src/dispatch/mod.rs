@@ -4,6 +4,7 @@ pub(crate) mod context;
 pub(crate) mod hooks;
 pub(crate) mod registry;
 pub(crate) mod responder;
+pub(crate) mod subscription;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

@@ -8,7 +8,8 @@ use rustc_hash::FxHashMap;
 use crate::codec::Params;
 use crate::dispatch::context::Context;
 use crate::dispatch::responder::Responder;
-use crate::error::{RegisterError, RpcError};
+use crate::dispatch::subscription::{Sink, SinkClosed, SubscriptionConfig};
+use crate::error::{Reason, RegisterError, RpcError};
 use crate::serializer::ResultWriter;
 
 type CallFn = dyn Fn(Params<'_>, &mut ResultWriter<'_>) -> Result<(), RpcError> + Send + Sync;
@@ -261,6 +262,116 @@ impl RegistryBuilder {
         F: Fn(Params<'_>) -> Result<(), RpcError> + Send + Sync + 'static,
     {
         self.insert(name, Handler::Notify(Box::new(f)))
+    }
+
+    /// Registers a subscription: `subscribe` opens one, `unsubscribe` (params `[ID]`)
+    /// ends it, and its notifications are calls to `notification`:
+    /// `{"jsonrpc":"2.0","method":NOTIFICATION,"params":{"subscription":ID,"result":…}}`.
+    ///
+    /// The subscribe call runs `f` with a [`Sink`] (keep it, or move it to any thread,
+    /// to push with [`Sink::send`]); when `f` returns `Ok`, the call answers the
+    /// subscription's id, always before its first notification. `f` returning an
+    /// error ends the subscription and answers that error. The unsubscribe call
+    /// answers `true`, and nothing of that subscription follows; `false` for an id that
+    /// is not one of the connection's subscriptions. A closing connection ends its
+    /// subscriptions; a sink then refuses sends ([`SinkClosed`]).
+    ///
+    /// Subscriptions need a connection that carries notifications: WebSocket, TCP or
+    /// Unix. Over HTTP (or the no-I/O API) the subscribe call is answered `-32601` with
+    /// reason `push_unsupported`. Queues and lagging: [`SubscriptionConfig::default`]
+    /// (see [`RegistryBuilder::subscription_with`]).
+    ///
+    /// ```
+    /// use ringrpc::{Config, Context, Engine, Params, Registry, Sink};
+    ///
+    /// let mut methods = Registry::builder();
+    /// methods.subscription("subscribe_prices", "price", "unsubscribe_prices",
+    ///     |_ctx: &Context<'_>, _p: Params<'_>, sink: Sink| {
+    ///         std::thread::spawn(move || {
+    ///             // Until the client unsubscribes or goes away.
+    ///             while sink.send(&42.5).is_ok() {
+    ///                 std::thread::sleep(std::time::Duration::from_millis(100));
+    ///             }
+    ///         });
+    ///         Ok(())
+    ///     })?;
+    /// let engine = Engine::new(methods.freeze(), Config::default());
+    /// // Served over WebSocket, TCP or Unix it pushes; the no-I/O API cannot.
+    /// let mut out = Vec::new();
+    /// let _ = engine.handle(br#"{"jsonrpc":"2.0","method":"subscribe_prices","id":1}"#,
+    ///     &mut engine.scratch(), &mut out);
+    /// assert!(String::from_utf8(out).unwrap().contains("push_unsupported"));
+    /// # Ok::<(), ringrpc::RegisterError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`RegistryBuilder::method`], for either name.
+    pub fn subscription<F>(
+        &mut self,
+        subscribe: &str,
+        notification: &str,
+        unsubscribe: &str,
+        f: F,
+    ) -> Result<&mut Self, RegisterError>
+    where
+        F: Fn(&Context<'_>, Params<'_>, Sink) -> Result<(), RpcError> + Send + Sync + 'static,
+    {
+        let config = SubscriptionConfig::default();
+        self.subscription_with(subscribe, notification, unsubscribe, config, f)
+    }
+
+    /// As [`RegistryBuilder::subscription`], with each subscription's queue bound and
+    /// what happens when a client reads too slowly to keep it under the bound.
+    ///
+    /// # Errors
+    ///
+    /// As [`RegistryBuilder::method`], for either name.
+    pub fn subscription_with<F>(
+        &mut self,
+        subscribe: &str,
+        notification: &str,
+        unsubscribe: &str,
+        config: SubscriptionConfig,
+        f: F,
+    ) -> Result<&mut Self, RegisterError>
+    where
+        F: Fn(&Context<'_>, Params<'_>, Sink) -> Result<(), RpcError> + Send + Sync + 'static,
+    {
+        if self.methods.contains_key(unsubscribe) || subscribe == unsubscribe {
+            return Err(RegisterError::Duplicate(unsubscribe.to_owned()));
+        }
+        let notification: Box<str> = notification.into();
+        let open = move |ctx: &Context<'_>, params: Params<'_>, out: &mut ResultWriter<'_>| {
+            let Some(push) = ctx.push() else {
+                return Err(RpcError::new(
+                    Reason::PushUnsupported,
+                    format!(
+                        "Method not found: {} is a subscription, and this transport cannot \
+                         carry its notifications (use WebSocket, TCP or Unix)",
+                        ctx.method()
+                    ),
+                ));
+            };
+            let sink = push.open(&notification, config);
+            let id = sink.id();
+            match f(ctx, params, sink) {
+                Ok(()) => out.write(&id),
+                Err(e) => {
+                    push.close(id, SinkClosed::Unsubscribed);
+                    Err(e)
+                }
+            }
+        };
+        let close = |ctx: &Context<'_>, params: Params<'_>, out: &mut ResultWriter<'_>| {
+            let (id,): (u64,) = params.parse()?;
+            let closed = ctx
+                .push()
+                .is_some_and(|p| p.close(id, SinkClosed::Unsubscribed));
+            out.write(&closed)
+        };
+        self.insert(subscribe, Handler::CallCtx(Box::new(open)))?;
+        self.insert(unsubscribe, Handler::CallCtx(Box::new(close)))
     }
 
     /// Freezes the methods into an immutable [`Registry`].

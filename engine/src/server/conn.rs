@@ -1,6 +1,7 @@
 //! One connection's state: its socket, decoder, buffers, and the answers it still owes,
 //! in request order.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, RawFd};
@@ -14,6 +15,7 @@ use mio::net::{TcpStream, UnixStream};
 use super::pending::{Pending, Slot};
 use crate::codec::LineDecoder;
 use crate::dispatch::context::Connection;
+use crate::dispatch::subscription::{SinkClosed, SubState};
 use crate::guard::Session;
 use crate::transport::http::HttpDecoder;
 use crate::transport::websocket::WsDecoder;
@@ -131,7 +133,19 @@ pub(crate) struct Conn {
     /// Complete requests wait in `rbuf`: decoding stopped at the output high-water
     /// mark (or at [`MAX_SLOTS`]) and resumes once the output drains.
     pub(crate) held: bool,
+    /// The subscriptions opened on this connection (ended when it goes).
+    pub(crate) subs: RefCell<Vec<Arc<SubState>>>,
+    /// Subscriptions with notifications left for when the output drains.
+    pub(crate) push_waiting: Vec<Arc<SubState>>,
     _open: OpenGuard,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        for sub in self.subs.get_mut().drain(..) {
+            sub.end(SinkClosed::ConnectionClosed);
+        }
+    }
 }
 
 impl Conn {
@@ -162,6 +176,8 @@ impl Conn {
             hup: false,
             linger_until: None,
             held: false,
+            subs: RefCell::new(Vec::new()),
+            push_waiting: Vec::new(),
             _open: open,
         }
     }

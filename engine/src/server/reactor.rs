@@ -17,6 +17,7 @@ use super::{Listener, Proto, Server};
 
 use crate::config::ServerConfig;
 use crate::dispatch::context::{Connection, Headers, Peer, Source, Transport};
+use crate::dispatch::subscription::{PushQueue, PushTo, SinkClosed, SubState};
 use crate::engine::{Engine, Outcome, Scratch, Split};
 use crate::error::FrameError;
 use crate::trace::Trace;
@@ -61,6 +62,9 @@ struct Ctx {
     http: ServerHeaders,
     /// The CORS policy, for new HTTP connections' decoders.
     cors: Option<Arc<http::Cors>>,
+    /// Subscriptions with notifications to deliver, and the list they are taken into.
+    push: Arc<PushQueue>,
+    ready: Vec<Arc<SubState>>,
 }
 
 /// What one reactor thread owns.
@@ -224,6 +228,8 @@ fn serve(parts: Parts) -> io::Result<()> {
         http: ServerHeaders::new(settings.idle_timeout, cors.clone()),
         cors,
         pending: Pending::new(pool, Arc::clone(&waker), &engine, &settings),
+        push: PushQueue::new(Arc::clone(&waker)),
+        ready: Vec::new(),
         settings,
         touched: Vec::new(),
         engine,
@@ -310,6 +316,7 @@ fn serve(parts: Parts) -> io::Result<()> {
             }
         }
         completions(&mut ctx, &mut conns, &poll, &mut again_next);
+        pushes(&mut ctx, &mut conns, &poll);
         std::mem::swap(&mut again, &mut again_next);
         expire(&mut ctx, &mut conns, &poll, &mut again);
         if last_sweep.elapsed() >= Duration::from_secs(1) {
@@ -477,6 +484,61 @@ fn close(ctx: &Ctx, poll: &mio::Poll, conns: &mut Slab<Conn>, key: usize) {
     if let Some(mut c) = conns.try_remove(key) {
         let _ = poll.registry().deregister(c.stream.source());
         count_closed(ctx, &mut c);
+    }
+}
+
+/// Writes the notifications of the subscriptions that have some into their
+/// connections' output, and sends them.
+fn pushes(ctx: &mut Ctx, conns: &mut Slab<Conn>, poll: &mio::Poll) {
+    let mut ready = std::mem::take(&mut ctx.ready);
+    ctx.push.take(&mut ready);
+    let high_water = ctx.settings.write_high_water;
+    for sub in ready.drain(..) {
+        let (key, generation) = sub.conn;
+        let Some(conn) = conns.get_mut(key).filter(|c| c.generation == generation) else {
+            sub.end(SinkClosed::ConnectionClosed);
+            continue;
+        };
+        deliver(conn, &sub, high_water);
+        conn.flush();
+        if conn.finished() {
+            close(ctx, poll, conns, key);
+        }
+    }
+    ctx.ready = ready;
+}
+
+/// Writes what `sub` has queued into `conn`'s output, framed for its transport, behind
+/// any answers still owed (so a subscription's first notification never passes the
+/// answer with its id), while the output stays under `high_water`; what is left waits
+/// for the output to drain.
+fn deliver(conn: &mut Conn, sub: &Arc<SubState>, high_water: usize) {
+    if conn.read_closed || conn.broken {
+        // No more for a connection on its way out (after a WebSocket Close, nothing
+        // may follow ours).
+        sub.end(SinkClosed::ConnectionClosed);
+        return;
+    }
+    let ws = matches!(conn.decoder, Decoder::Ws(_));
+    let budget = high_water.saturating_sub(conn.backlog());
+    let mark = conn.out.len();
+    let done = sub.deliver(
+        &mut conn.out,
+        |out, json| {
+            if ws {
+                websocket::write_message(out, json);
+            } else {
+                out.extend_from_slice(json);
+                out.push(b'\n');
+            }
+        },
+        |out| out.len() - mark < budget,
+    );
+    if conn.out.len() > mark {
+        queue_if_behind(conn, mark);
+    }
+    if !done && !conn.push_waiting.iter().any(|s| Arc::ptr_eq(s, sub)) {
+        conn.push_waiting.push(Arc::clone(sub));
     }
 }
 
@@ -662,6 +724,13 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
     }
     conn.track_partial(conn.last_active);
     conn.flush();
+    if !conn.push_waiting.is_empty() && conn.may_answer(high_water) {
+        // Notifications held back by a full output, now that it drained.
+        for sub in std::mem::take(&mut conn.push_waiting) {
+            deliver(conn, &sub, high_water);
+        }
+        conn.flush();
+    }
     if let Some(m) = ctx.pending.metrics() {
         m.sent(conn.info.transport(), conn.take_sent());
     }
@@ -922,7 +991,12 @@ fn answer(
         Some((_, request_head, budget)) => {
             Source::http(&conn.info, request_head).with_header_budget(budget)
         }
-        None => Source::new(&conn.info),
+        // Connections that can carry notifications: TCP, Unix, WebSocket.
+        None => Source::new(&conn.info).with_push(PushTo {
+            queue: &ctx.push,
+            conn: (key, conn.generation),
+            subs: &conn.subs,
+        }),
     }
     .with_session(&conn.session);
     let source = match &trace {

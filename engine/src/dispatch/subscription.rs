@@ -1,0 +1,374 @@
+//! Subscriptions: server push over a connection that can carry it (WebSocket, TCP,
+//! Unix). A subscribe call answers a subscription id and hands its handler a [`Sink`];
+//! the sink pushes notifications from any thread:
+//!
+//! ```text
+//! {"jsonrpc":"2.0","method":NOTIFICATION,"params":{"subscription":ID,"result":VALUE}}
+//! ```
+//!
+//! ```text
+//!  producer (any thread) ── Sink::send: the notification written into a buffer, queued
+//!        │                   on its subscription (bounded), scheduled once
+//!        ▼ PushQueue: ready subscriptions + the reactor's waker (one wake per batch)
+//!  reactor ── writes queued notifications into the connection's output, framed for
+//!             its transport, while the output is under the high-water mark; the rest
+//!             waits in the subscription's queue until the peer reads
+//! ```
+//!
+//! A subscription's queue is bounded: when the peer reads too slowly, the oldest
+//! notifications are dropped and a `lagged` notification counts them
+//! ([`Lagging::DropOldest`], the default), or the subscription is ended with an error
+//! notification ([`Lagging::Close`]). Neither the producer nor the reactor ever waits.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde::Serialize;
+
+use crate::serializer::json::write_str;
+
+/// Numbers subscriptions, process-wide (so an id names one subscription on a server).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Notification buffers a subscription keeps for reuse at most.
+const SPARES: usize = 64;
+
+/// What a subscription does when its peer reads too slowly and its queue is full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Lagging {
+    /// Drop the oldest notifications; before the next one delivered, a notification
+    /// `{"subscription":ID,"lagged":N}` counts the `N` dropped.
+    DropOldest,
+    /// End the subscription: the peer gets a notification
+    /// `{"subscription":ID,"error":{…}}` (code -32000, reason `lagged`), and the sink
+    /// refuses further sends ([`SinkClosed::Lagged`]).
+    Close,
+}
+
+/// A subscription's queue and what to do when it is full
+/// ([`RegistryBuilder::subscription_with`](crate::RegistryBuilder::subscription_with)).
+#[derive(Clone, Copy, Debug)]
+pub struct SubscriptionConfig {
+    /// Notifications queued per subscription at most while the peer does not read
+    /// (default 1024).
+    pub capacity: usize,
+    /// When the queue is full (default [`Lagging::DropOldest`]).
+    pub lagging: Lagging,
+}
+
+impl Default for SubscriptionConfig {
+    fn default() -> Self {
+        Self {
+            capacity: 1024,
+            lagging: Lagging::DropOldest,
+        }
+    }
+}
+
+/// Why a [`Sink`] takes no more notifications.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SinkClosed {
+    /// The peer called the unsubscribe method.
+    #[error("the subscription was cancelled by its client")]
+    Unsubscribed,
+    /// The connection closed (or the server is stopping).
+    #[error("the subscription's connection closed")]
+    ConnectionClosed,
+    /// The peer read too slowly under [`Lagging::Close`].
+    #[error("the subscription was ended: its client read too slowly")]
+    Lagged,
+    /// The server ended it ([`Sink::close`]).
+    #[error("the subscription was ended by the server")]
+    Closed,
+}
+
+/// Where one subscription's notifications go: a handle for the producer, `Send` and
+/// `'static`, to keep on any thread. Dropping it does not end the subscription (the
+/// peer unsubscribes, or its connection closes); [`Sink::close`] does.
+#[derive(Clone, Debug)]
+pub struct Sink {
+    sub: Arc<SubState>,
+}
+
+impl Sink {
+    /// The subscription's id (what the subscribe call answered).
+    pub fn id(&self) -> u64 {
+        self.sub.id
+    }
+
+    /// Pushes a notification whose `result` is `value` (serialized with serde).
+    ///
+    /// # Errors
+    ///
+    /// The subscription has ended; no notification is sent.
+    pub fn send<T: Serialize + ?Sized>(&self, value: &T) -> Result<(), SinkClosed> {
+        self.sub.push(|out| {
+            // Serializing into a Vec cannot fail on I/O; a value serde cannot represent
+            // (a map with non-string keys) is sent as null.
+            let at = out.len();
+            if serde_json::to_writer(&mut *out, value).is_err() {
+                out.truncate(at);
+                out.extend_from_slice(b"null");
+            }
+        })
+    }
+
+    /// Pushes a notification whose `result` is `json`, which must be one JSON value
+    /// (written as given: the caller vouches for it).
+    ///
+    /// # Errors
+    ///
+    /// As [`Sink::send`].
+    pub fn send_raw(&self, json: &[u8]) -> Result<(), SinkClosed> {
+        self.sub.push(|out| out.extend_from_slice(json))
+    }
+
+    /// Whether the subscription has ended (and why).
+    pub fn closed(&self) -> Option<SinkClosed> {
+        self.sub.lock().closed
+    }
+
+    /// Ends the subscription from the server's side: no more notifications are sent
+    /// (those queued are still delivered).
+    pub fn close(&self) {
+        self.sub.end(SinkClosed::Closed);
+    }
+}
+
+/// One subscription, shared by its sink, the reactor and the connection's list.
+#[derive(Debug)]
+pub(crate) struct SubState {
+    pub(crate) id: u64,
+    /// The connection it lives on (the reactor's key and generation).
+    pub(crate) conn: (usize, u64),
+    /// `{"jsonrpc":"2.0","method":M,"params":{"subscription":ID,` — every notification's
+    /// beginning, written once.
+    prefix: Box<[u8]>,
+    queue: Arc<PushQueue>,
+    config: SubscriptionConfig,
+    state: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Whole notifications (JSON), oldest first.
+    items: VecDeque<Vec<u8>>,
+    /// Dropped since the last delivery (under [`Lagging::DropOldest`]).
+    dropped: u64,
+    /// On the reactor's ready list (or waiting for the output to drain).
+    scheduled: bool,
+    closed: Option<SinkClosed>,
+    /// Under [`Lagging::Close`]: the error notification is still to be delivered.
+    close_note: bool,
+    spare: Vec<Vec<u8>>,
+}
+
+impl SubState {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn push(self: &Arc<Self>, result: impl FnOnce(&mut Vec<u8>)) -> Result<(), SinkClosed> {
+        let mut st = self.lock();
+        if let Some(why) = st.closed {
+            return Err(why);
+        }
+        if st.items.len() >= self.config.capacity {
+            match self.config.lagging {
+                Lagging::DropOldest => {
+                    if let Some(old) = st.items.pop_front() {
+                        keep_spare(&mut st, old);
+                    }
+                    st.dropped += 1;
+                }
+                Lagging::Close => {
+                    st.closed = Some(SinkClosed::Lagged);
+                    st.close_note = true;
+                    self.schedule(&mut st);
+                    return Err(SinkClosed::Lagged);
+                }
+            }
+        }
+        let mut out = st.spare.pop().unwrap_or_default();
+        out.extend_from_slice(&self.prefix);
+        out.extend_from_slice(br#""result":"#);
+        result(&mut out);
+        out.extend_from_slice(b"}}");
+        st.items.push_back(out);
+        self.schedule(&mut st);
+        Ok(())
+    }
+
+    /// Puts the subscription on the reactor's ready list, once.
+    fn schedule(self: &Arc<Self>, st: &mut Inner) {
+        if !st.scheduled {
+            st.scheduled = true;
+            self.queue.ready(Arc::clone(self));
+        }
+    }
+
+    /// Ends the subscription (the first reason given stands). Cancelled by its client,
+    /// or with its connection gone, what is still queued is dropped: nothing follows
+    /// the unsubscribe call's answer.
+    pub(crate) fn end(&self, why: SinkClosed) {
+        let mut st = self.lock();
+        st.closed.get_or_insert(why);
+        if matches!(why, SinkClosed::Unsubscribed | SinkClosed::ConnectionClosed) {
+            st.items.clear();
+            st.dropped = 0;
+            st.close_note = false;
+        }
+    }
+
+    /// Whether it has ended and has nothing left to deliver.
+    fn finished(&self) -> bool {
+        let st = self.lock();
+        st.closed.is_some() && st.items.is_empty() && !st.close_note
+    }
+
+    /// Writes what is queued into `out` (each notification framed by `frame`) while
+    /// `room()` allows; returns whether everything was written (if not, the
+    /// subscription stays scheduled: call again once the output drains).
+    pub(crate) fn deliver(
+        &self,
+        out: &mut Vec<u8>,
+        mut frame: impl FnMut(&mut Vec<u8>, &[u8]),
+        room: impl Fn(&Vec<u8>) -> bool,
+    ) -> bool {
+        let mut st = self.lock();
+        if st.dropped > 0 && room(out) {
+            let mut note = Vec::with_capacity(self.prefix.len() + 32);
+            note.extend_from_slice(&self.prefix);
+            let _ = write!(note, r#""lagged":{}}}}}"#, st.dropped);
+            frame(out, &note);
+            st.dropped = 0;
+        }
+        while room(out) {
+            let Some(item) = st.items.pop_front() else {
+                break;
+            };
+            frame(out, &item);
+            keep_spare(&mut st, item);
+        }
+        if st.items.is_empty() && st.close_note && room(out) {
+            st.close_note = false;
+            let mut note = Vec::with_capacity(self.prefix.len() + 200);
+            note.extend_from_slice(&self.prefix);
+            note.extend_from_slice(
+                br#""error":{"code":-32000,"message":"Server busy: the subscription was ended, its client reads too slowly","data":{"reason":"lagged"}}}}"#,
+            );
+            frame(out, &note);
+        }
+        let done = st.items.is_empty() && !st.close_note && st.dropped == 0;
+        st.scheduled = !done;
+        done
+    }
+}
+
+fn keep_spare(st: &mut Inner, mut buf: Vec<u8>) {
+    if st.spare.len() < SPARES && buf.capacity() <= 64 * 1024 {
+        buf.clear();
+        st.spare.push(buf);
+    }
+}
+
+/// A reactor's subscriptions with notifications to deliver, and its waker.
+#[derive(Debug)]
+pub(crate) struct PushQueue {
+    ready: Mutex<Vec<Arc<SubState>>>,
+    /// Set by the first subscription scheduled since the reactor last looked.
+    woken: AtomicBool,
+    waker: Arc<mio::Waker>,
+}
+
+impl PushQueue {
+    /// A queue waking `waker`.
+    pub(crate) fn new(waker: Arc<mio::Waker>) -> Arc<Self> {
+        Arc::new(Self {
+            ready: Mutex::new(Vec::new()),
+            woken: AtomicBool::new(false),
+            waker,
+        })
+    }
+
+    fn ready(&self, sub: Arc<SubState>) {
+        self.ready
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(sub);
+        if !self.woken.swap(true, Ordering::AcqRel) {
+            let _ = self.waker.wake();
+        }
+    }
+
+    /// Swaps the ready list into `into` (empty, reused) and clears the wake-up flag.
+    pub(crate) fn take(&self, into: &mut Vec<Arc<SubState>>) {
+        self.woken.store(false, Ordering::Release);
+        std::mem::swap(
+            &mut *self
+                .ready
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            into,
+        );
+    }
+}
+
+/// A connection that can carry notifications, as its calls' [`Source`] sees it: the
+/// reactor's queue, the connection's key, and its subscriptions.
+///
+/// [`Source`]: crate::dispatch::context::Source
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PushTo<'a> {
+    pub(crate) queue: &'a Arc<PushQueue>,
+    pub(crate) conn: (usize, u64),
+    pub(crate) subs: &'a RefCell<Vec<Arc<SubState>>>,
+}
+
+impl PushTo<'_> {
+    /// Opens a subscription whose notifications are calls to `method`.
+    pub(crate) fn open(&self, method: &str, config: SubscriptionConfig) -> Sink {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let mut prefix = Vec::with_capacity(method.len() + 64);
+        prefix.extend_from_slice(br#"{"jsonrpc":"2.0","method":"#);
+        write_str(&mut prefix, method);
+        prefix.extend_from_slice(br#","params":{"subscription":"#);
+        prefix.extend_from_slice(itoa::Buffer::new().format(id).as_bytes());
+        prefix.push(b',');
+        let sub = Arc::new(SubState {
+            id,
+            conn: self.conn,
+            prefix: prefix.into(),
+            queue: Arc::clone(self.queue),
+            config: SubscriptionConfig {
+                capacity: config.capacity.max(1),
+                ..config
+            },
+            state: Mutex::new(Inner::default()),
+        });
+        let mut subs = self.subs.borrow_mut();
+        // Subscriptions ended by their producer are forgotten here, not one by one.
+        subs.retain(|s| !s.finished());
+        subs.push(Arc::clone(&sub));
+        Sink { sub }
+    }
+
+    /// Ends subscription `id` of this connection; whether it was one.
+    pub(crate) fn close(&self, id: u64, why: SinkClosed) -> bool {
+        let mut subs = self.subs.borrow_mut();
+        match subs.iter().position(|s| s.id == id) {
+            Some(i) => {
+                subs.swap_remove(i).end(why);
+                true
+            }
+            None => false,
+        }
+    }
+}
