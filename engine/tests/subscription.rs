@@ -442,3 +442,26 @@ fn python_websockets_subscriber() {
     );
     server.stop();
 }
+
+/// A connection that only listens to its subscriptions is not idle: the idle timeout
+/// closes a quiet connection, not a subscriber's.
+#[test]
+fn a_listening_subscriber_is_not_idle() {
+    let settings = ServerConfig::default().idle_timeout(Some(Duration::from_millis(500)));
+    let server = Served::start(demo::engine(Config::default()), settings);
+    let mut quiet = tcp(server.tcp);
+    quiet.send(&call("ping", json!([]), 1));
+    let _ = quiet.answer(&json!(1));
+    let mut listener = tcp(server.tcp);
+    listener.send(&call("subscribe_ticks", json!([100]), 1));
+    let (sub, _) = listener.answer(&json!(1));
+    // Two and a half seconds: the idle sweep (every second) ran at least twice.
+    ticks_in_order(&mut listener, &sub["result"], 25);
+    let mut b = [0u8; 1];
+    assert_eq!(
+        quiet.r.get_mut().read(&mut b).unwrap_or(0),
+        0,
+        "the quiet one was closed"
+    );
+    server.stop();
+}

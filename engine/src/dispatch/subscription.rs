@@ -228,7 +228,7 @@ impl SubState {
     }
 
     /// Whether it has ended and has nothing left to deliver.
-    fn finished(&self) -> bool {
+    pub(crate) fn finished(&self) -> bool {
         let st = self.lock();
         st.closed.is_some() && st.items.is_empty() && !st.close_note
     }

@@ -335,9 +335,14 @@ fn serve(parts: Parts) -> io::Result<()> {
                 slow_senders(&ctx, &mut conns, &poll, limit);
             }
             if let Some(idle) = ctx.settings.idle_timeout {
+                // A connection with subscriptions is listening, not idle.
                 let stale: Vec<usize> = conns
                     .iter()
-                    .filter(|(_, c)| c.idle() && c.last_active.elapsed() > idle)
+                    .filter(|(_, c)| {
+                        c.idle()
+                            && c.last_active.elapsed() > idle
+                            && c.subs.borrow().iter().all(|s| s.finished())
+                    })
                     .map(|(k, _)| k)
                     .collect();
                 for k in stale {
