@@ -2,8 +2,11 @@
 //! JSON-RPC server that `loadgen` measures ringrpc against.
 //!
 //! ```text
-//! cargo run --release -p benches --bin jsonrpsee_server -- [--http 127.0.0.1:7901] [--threads 1]
+//! cargo run --release -p benches --bin jsonrpsee_server -- [--http 127.0.0.1:7901] [--threads 1] [--ws]
 //! ```
+//!
+//! With `--ws`, WebSocket too, on the same address (jsonrpsee's default server serves
+//! both; without it, HTTP only).
 //!
 //! Prints `listening http ADDR` (the bound address, so `--http 127.0.0.1:0` works) once
 //! it accepts connections, then serves until killed.
@@ -39,6 +42,9 @@ struct Args {
     /// Tokio worker threads.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Serve WebSocket too (on the same address).
+    #[arg(long)]
+    ws: bool,
 }
 
 #[derive(Deserialize)]
@@ -101,11 +107,9 @@ fn module() -> Result<RpcModule<()>, jsonrpsee::core::RegisterMethodError> {
     Ok(m)
 }
 
-async fn serve(addr: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
-    let config = ServerConfig::builder()
-        .http_only()
-        .max_connections(100_000)
-        .build();
+async fn serve(addr: SocketAddr, ws: bool) -> Result<(), Box<dyn std::error::Error>> {
+    let config = ServerConfig::builder().max_connections(100_000);
+    let config = if ws { config } else { config.http_only() }.build();
     let server = Server::builder().set_config(config).build(addr).await?;
     let bound = server.local_addr()?;
     let handle = server.start(module()?);
@@ -127,7 +131,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match rt.block_on(serve(args.http)) {
+    match rt.block_on(serve(args.http, args.ws)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("jsonrpsee_server: {e}");

@@ -1,13 +1,16 @@
-//! A load generator for any JSON-RPC 2.0 server, over newline-delimited TCP or HTTP/1.1.
+//! A load generator for any JSON-RPC 2.0 server, over newline-delimited TCP, HTTP/1.1 or
+//! WebSocket.
 //!
 //! ```text
-//! cargo run --release -p benches --bin loadgen -- (--tcp ADDR | --http URL)
+//! cargo run --release -p benches --bin loadgen -- (--tcp ADDR | --http URL | --ws URL)
 //!     [--connections 16] [--depth 1] [--batch 0] [--mix subtract:1]
 //!     [--duration SECS | --count N] [--warmup SECS] [--threads 1] [--no-verify]
 //! ```
 //!
 //! Each connection keeps `--depth` messages in flight (written back to back: pipelining,
-//! for HTTP too). A message is one request, or with `--batch B` a batch of B calls. The
+//! for HTTP too). Over WebSocket (`ws://host:port/path`) each message is one masked text
+//! frame, with an all-zero masking key so the ids are patched in place as on the other
+//! transports (the server unmasks all the same); answers are read as the server's frames. A message is one request, or with `--batch B` a batch of B calls. The
 //! calls cycle through `--mix` (`subtract:3,ping:1,echo:1,add:1`; a weight defaults to
 //! one) over the demo methods: `subtract` `[42,23]` → 19, `add` `[a,b]` → a+b, `sum`
 //! `[1,2,3,4]` → 10, `ping` → `"pong"`, `echo` (a small object) → the params,
@@ -54,19 +57,22 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 
 #[derive(Parser, Clone)]
-#[command(about = "Load generator and verifier for JSON-RPC 2.0 servers (TCP or HTTP)")]
+#[command(about = "Load generator and verifier for JSON-RPC 2.0 servers (TCP, HTTP or WebSocket)")]
 struct Args {
     /// Newline-delimited JSON over TCP to ADDR (host:port).
     #[arg(
         long,
         value_name = "ADDR",
-        conflicts_with = "http",
-        required_unless_present = "http"
+        conflicts_with_all = ["http", "ws"],
+        required_unless_present_any = ["http", "ws"]
     )]
     tcp: Option<String>,
     /// HTTP/1.1 keep-alive POSTs to URL (http://host:port/path).
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", conflicts_with = "ws")]
     http: Option<String>,
+    /// WebSocket messages to URL (ws://host:port/path).
+    #[arg(long, value_name = "URL")]
+    ws: Option<String>,
     /// Connections.
     #[arg(long, default_value_t = 16)]
     connections: usize,
@@ -172,11 +178,14 @@ struct Call {
 enum Transport {
     Tcp,
     Http,
+    Ws,
 }
 
 struct Plan {
     transport: Transport,
     addr: SocketAddr,
+    /// The HTTP or WebSocket path.
+    path: String,
     target: String,
     templates: Vec<Template>,
     /// Calls per message (1 for single requests).
@@ -286,11 +295,11 @@ fn gcd(a: usize, b: usize) -> usize {
     }
 }
 
-/// `http://host:port/path` → (host:port, path).
-fn parse_url(url: &str) -> Result<(String, String), String> {
+/// `SCHEME://host:port/path` → (host:port, path).
+fn parse_url(url: &str, scheme: &str) -> Result<(String, String), String> {
     let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("{url:?}: only http:// URLs are supported"))?;
+        .strip_prefix(scheme)
+        .ok_or_else(|| format!("{url:?}: only {scheme} URLs are supported"))?;
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
@@ -317,13 +326,17 @@ fn build_plan(args: &Args) -> Result<Plan, String> {
         return Err("--batch is at most 100000".into());
     }
     let cycle = parse_mix(&args.mix)?;
-    let (transport, authority, path) = match (&args.tcp, &args.http) {
-        (Some(a), None) => (Transport::Tcp, a.clone(), String::new()),
-        (None, Some(u)) => {
-            let (a, p) = parse_url(u)?;
+    let (transport, authority, path) = match (&args.tcp, &args.http, &args.ws) {
+        (Some(a), None, None) => (Transport::Tcp, a.clone(), String::new()),
+        (None, Some(u), None) => {
+            let (a, p) = parse_url(u, "http://")?;
             (Transport::Http, a, p)
         }
-        _ => return Err("give exactly one of --tcp ADDR and --http URL".into()),
+        (None, None, Some(u)) => {
+            let (a, p) = parse_url(u, "ws://")?;
+            (Transport::Ws, a, p)
+        }
+        _ => return Err("give exactly one of --tcp ADDR, --http URL and --ws URL".into()),
     };
     let addr = authority
         .to_socket_addrs()
@@ -358,6 +371,7 @@ fn build_plan(args: &Args) -> Result<Plan, String> {
                 body.len()
             )
             .into_bytes(),
+            Transport::Ws => ws_header(body.len()),
         };
         let head = bytes.len();
         bytes.extend_from_slice(&body);
@@ -386,10 +400,12 @@ fn build_plan(args: &Args) -> Result<Plan, String> {
     Ok(Plan {
         transport,
         addr,
+        path,
         target: args
             .tcp
             .clone()
             .or_else(|| args.http.clone())
+            .or_else(|| args.ws.clone())
             .unwrap_or_default(),
         templates,
         per,
@@ -891,6 +907,7 @@ impl Conn {
                     match plan.transport {
                         Transport::Tcp => self.tcp_frames(now, plan, stats),
                         Transport::Http => self.http_frames(now, plan, stats),
+                        Transport::Ws => self.ws_frames(now, plan, stats),
                     }
                     if self.rstart == self.rlen {
                         self.rstart = 0;
@@ -941,6 +958,46 @@ impl Conn {
             }
         }
         self.scan = self.rlen;
+    }
+
+    fn ws_frames(&mut self, now: Instant, plan: &Plan, stats: &mut Stats) {
+        while self.rstart < self.rlen && !self.dead {
+            let data = &self.inbuf[self.rstart..self.rlen];
+            let Some((opcode, at, len)) = ws_frame(data) else {
+                return;
+            };
+            if at + len > data.len() {
+                if at + len > self.inbuf.len() {
+                    self.inbuf.resize((at + len).next_power_of_two(), 0);
+                }
+                return;
+            }
+            if opcode != 1 && opcode != 2 {
+                let s = snippet(&data[at..at + len]);
+                self.fail(
+                    Problem::BadFrame,
+                    stats,
+                    format_args!("a WebSocket frame of opcode {opcode} (not a message): {s}"),
+                );
+                return;
+            }
+            let payload = &self.inbuf[self.rstart + at..self.rstart + at + len];
+            self.rstart += at + len;
+            if plan.verify {
+                verify_frame(&mut self.track, self.index, payload, None, now, plan, stats);
+            } else if let Some(m) = self.track.fifo.pop_front() {
+                let m = m as usize;
+                self.track.close_calls(m, plan.per);
+                self.track.complete(m, now, plan, stats);
+            } else {
+                self.fail(
+                    Problem::BadFrame,
+                    stats,
+                    format_args!("an answer with nothing in flight"),
+                );
+                return;
+            }
+        }
     }
 
     fn http_frames(&mut self, now: Instant, plan: &Plan, stats: &mut Stats) {
@@ -1304,10 +1361,73 @@ struct Latency {
 }
 
 fn connect(plan: &Plan) -> io::Result<TcpStream> {
-    let s = std::net::TcpStream::connect_timeout(&plan.addr, Duration::from_secs(5))?;
+    let mut s = std::net::TcpStream::connect_timeout(&plan.addr, Duration::from_secs(5))?;
     s.set_nodelay(true)?;
+    if plan.transport == Transport::Ws {
+        ws_handshake(&mut s, plan)?;
+    }
     s.set_nonblocking(true)?;
     Ok(TcpStream::from_std(s))
+}
+
+/// A client text frame's header for `len` payload bytes, masked with an all-zero key
+/// (the payload that follows is then its own masked form).
+fn ws_header(len: usize) -> Vec<u8> {
+    let mut h = vec![0x81];
+    if len < 126 {
+        h.push(0x80 | len as u8);
+    } else if let Ok(n) = u16::try_from(len) {
+        h.push(0x80 | 126);
+        h.extend_from_slice(&n.to_be_bytes());
+    } else {
+        h.push(0x80 | 127);
+        h.extend_from_slice(&(len as u64).to_be_bytes());
+    }
+    h.extend_from_slice(&[0; 4]);
+    h
+}
+
+/// The server frame at the front of `b`: (opcode, payload offset, payload length), once
+/// its header is whole.
+fn ws_frame(b: &[u8]) -> Option<(u8, usize, usize)> {
+    let (b0, b1) = (*b.first()?, *b.get(1)?);
+    let (len, at) = match b1 & 0x7f {
+        126 => (usize::from(u16::from_be_bytes([*b.get(2)?, *b.get(3)?])), 4),
+        127 => (
+            usize::try_from(u64::from_be_bytes(b.get(2..10)?.try_into().ok()?)).ok()?,
+            10,
+        ),
+        n => (usize::from(n), 2),
+    };
+    Some((b0 & 0x0f, at, len))
+}
+
+/// The opening handshake (blocking, before the connection joins the poll).
+fn ws_handshake(s: &mut std::net::TcpStream, plan: &Plan) -> io::Result<()> {
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let request = format!(
+        "GET {} HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        plan.path, plan.addr
+    );
+    s.write_all(request.as_bytes())?;
+    // Byte by byte up to the head's end: nothing of the frames after it is taken.
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut b)? == 0 || head.len() > 8192 {
+            return Err(io::Error::other("no WebSocket handshake answer"));
+        }
+        head.push(b[0]);
+    }
+    if !head.starts_with(b"HTTP/1.1 101") {
+        let first = String::from_utf8_lossy(&head);
+        let first = first.lines().next().unwrap_or_default();
+        return Err(io::Error::other(format!(
+            "WebSocket handshake refused: {first}"
+        )));
+    }
+    s.set_read_timeout(None)
 }
 
 fn worker(
@@ -1553,6 +1673,7 @@ fn main() -> ExitCode {
         transport: match plan.transport {
             Transport::Tcp => "tcp",
             Transport::Http => "http",
+            Transport::Ws => "ws",
         },
         connections: args.connections,
         depth: args.depth,

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# JSON-RPC calls over WebSocket, ringrpc against jsonrpsee 0.26 (issue 15's benchmark),
+# side by side: the same loadgen (--ws), the same demo methods, rounds alternating.
+#
+#   bash benches/scripts/ws_compare.sh [SECONDS] [ROUNDS]
+#
+# Builds nothing: the binaries come from $CARGO_TARGET_DIR/release (else target/release),
+# built with
+#   cargo build --release -p examples --example server
+#   cargo build --release -p benches --bin loadgen --bin jsonrpsee_server
+# Servers on CPU 1 (ringrpc: one reactor; jsonrpsee: one tokio worker), loadgen on CPU 0.
+# Loads (LOADS, default "16x1 16x16 16x1b16"): connections x messages in flight, `b16`
+# meaning batches of 16. Prints each run (rps, p50, the server's CPU per call from
+# /proc in µs) and then, per load, the medians and ringrpc / jsonrpsee ratios.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+secs=${1:-5}
+rounds=${2:-3}
+LOADS=${LOADS:-16x1 16x16 16x1b16}
+bin=${CARGO_TARGET_DIR:-target}/release
+for b in "$bin/examples/server" "$bin/loadgen" "$bin/jsonrpsee_server"; do
+  [ -x "$b" ] || { echo "ws_compare: missing $b (see the top of this script)" >&2; exit 2; }
+done
+tck=$(getconf CLK_TCK)
+tmp=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+taskset -c 1 "$bin/examples/server" --tcp off --http 127.0.0.1:0 --idle-timeout-ms 0 >"$tmp/r.out" 2>&1 &
+pids+=($!); rpid=$!
+taskset -c 1 "$bin/jsonrpsee_server" --http 127.0.0.1:0 --ws >"$tmp/j.out" 2>&1 &
+pids+=($!); jpid=$!
+addr() { # file: the address of its `listening http ADDR` line
+  for _ in $(seq 100); do
+    a=$(awk '$1 == "listening" && $2 == "http" { print $3; exit }' "$1")
+    [ -n "$a" ] && { echo "$a"; return; }
+    sleep 0.05
+  done
+  echo "ws_compare: no listening line in $1" >&2; cat "$1" >&2; exit 2
+}
+raddr=$(addr "$tmp/r.out"); jaddr=$(addr "$tmp/j.out")
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+for round in $(seq "$rounds"); do
+  for load in $LOADS; do
+    c=${load%%x*}; rest=${load#*x}; d=${rest%%b*}; b=0
+    [[ $rest == *b* ]] && b=${rest#*b}
+    for who in ringrpc jsonrpsee; do
+      if [ "$who" = ringrpc ]; then a=$raddr; p=$rpid; else a=$jaddr; p=$jpid; fi
+      before=$(ticks "$p")
+      out=$(taskset -c 0 "$bin/loadgen" --ws "ws://$a/" --connections "$c" --depth "$d" \
+        --batch "$b" --duration "$secs" 2>/dev/null || echo '{"failed":true}')
+      after=$(ticks "$p")
+      echo "$round $load $who $((after - before)) $out" | tee -a "$tmp/runs"
+    done
+  done
+done
+
+python3 - "$tmp/runs" "$tck" <<'PY'
+import json, statistics, sys
+runs, tck = sys.argv[1], int(sys.argv[2])
+rows = {}
+for line in open(runs):
+    rnd, load, who, ticks, js = line.split(" ", 4)
+    d = json.loads(js)
+    if d.get("failed"):
+        print("FAILED", load, who); continue
+    cpu = int(ticks) / tck * 1e6 / max(d["elements"], 1)
+    bad = d.get("errors", 0) + d.get("mismatches", 0)
+    rows.setdefault(load, {}).setdefault(who, []).append((d["elements_per_s"], d["latency_us"]["p50"], cpu, bad))
+print(f"{'load':10} {'server':10} {'calls/s':>10} {'p50 us':>8} {'cpu us/call':>11} {'bad':>4}")
+for load, by in rows.items():
+    med = {}
+    for who, v in by.items():
+        m = tuple(statistics.median(x[i] for x in v) for i in range(3))
+        med[who] = m
+        print(f"{load:10} {who:10} {m[0]:10.0f} {m[1]:8.1f} {m[2]:11.2f} {sum(x[3] for x in v):4}")
+    if "ringrpc" in med and "jsonrpsee" in med:
+        r, j = med["ringrpc"], med["jsonrpsee"]
+        print(f"{load:10} ratio      {r[0]/j[0]:10.2f}x {'':8} {r[2]/j[2]:10.2f}x")
+PY
