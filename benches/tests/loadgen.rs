@@ -1,6 +1,7 @@
-//! `loadgen` against `floor` (TCP and HTTP, unverified) and `jsonrpsee_server` (HTTP,
-//! verified: single requests, a mix, pipelining and batches), each on an ephemeral port,
-//! for a short `--count`: exit code 0 and the summary's counts.
+//! `loadgen` against `floor` (TCP and HTTP, unverified), `jsonrpsee_server` (HTTP,
+//! verified: single requests, a mix, pipelining and batches) and over WebSocket (jsonrpsee
+//! and ringrpc, verified), each on an ephemeral port, for a short `--count`: exit code 0
+//! and the summary's counts.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -188,4 +189,45 @@ fn loadgen_against_jsonrpsee() {
         "4",
     ]);
     assert_clean(&v, 40, 200);
+}
+
+#[test]
+fn loadgen_over_websocket() {
+    // jsonrpsee's WebSocket server, and ringrpc's (an engine served in this process).
+    let (_server, found) = start(
+        env!("CARGO_BIN_EXE_jsonrpsee_server"),
+        &["--http", "127.0.0.1:0", "--ws"],
+        1,
+    );
+    let jsonrpsee = format!("ws://{}/", addr_of(&found, "http"));
+    let mut server =
+        ringrpc::server::Server::new(ringrpc::demo::engine(ringrpc::Config::default())).unwrap();
+    let addr = server.listen_http("127.0.0.1:0").unwrap();
+    let handle = server.handle();
+    let thread = std::thread::spawn(move || server.run());
+    let ringrpc = format!("ws://{addr}/");
+    let mix = "subtract:3,ping:1,echo:1,add:1,get_data:1,sum:1";
+    for url in [&jsonrpsee, &ringrpc] {
+        let v = loadgen(&[
+            "--ws",
+            url,
+            "--count",
+            "2000",
+            "--mix",
+            mix,
+            "--connections",
+            "4",
+            "--depth",
+            "16",
+        ]);
+        assert_clean(&v, 2000, 2000);
+        assert_eq!(v["transport"], "ws");
+        // Batches, with answers of 126 bytes and more (a longer frame header).
+        let v = loadgen(&[
+            "--ws", url, "--count", "200", "--batch", "16", "--mix", "add,echo", "--depth", "2",
+        ]);
+        assert_clean(&v, 200, 3200);
+    }
+    handle.shutdown();
+    thread.join().unwrap().unwrap();
 }
