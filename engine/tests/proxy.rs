@@ -1646,3 +1646,33 @@ fn an_http_answer_for_another_request_is_not_given_to_the_next_caller() {
     assert_eq!(error_of(&b), (-32000, "upstream_unavailable"), "{b}");
     front.stop();
 }
+
+/// An upstream that pushes notifications (a subscription a client opened through the
+/// proxy) does not lose its connection for it: the notifications are dropped (they
+/// are not forwarded) and the calls sharing the connection are answered.
+#[test]
+fn upstream_notifications_do_not_break_the_connection() {
+    let upstream = Served::start(demo::engine(Config::default()), ServerConfig::default());
+    let mut b = builder_to(&upstream);
+    b.connections(1).health_interval(Duration::ZERO);
+    let proxy = b.start().unwrap();
+    let front = served_proxy(&proxy, Config::default());
+    let sub = one_answer(
+        front.tcp,
+        r#"{"jsonrpc":"2.0","method":"subscribe_ticks","params":[1],"id":1}"#,
+    );
+    assert!(sub["result"].is_u64(), "{sub}");
+    // Ticks every millisecond on the shared connection meanwhile.
+    let slow = one_answer(
+        front.tcp,
+        r#"{"jsonrpc":"2.0","method":"delay","params":[100],"id":2}"#,
+    );
+    assert_eq!(slow, json!({"jsonrpc": "2.0", "id": 2, "result": null}));
+    for i in 0..20 {
+        let frame = format!(r#"{{"jsonrpc":"2.0","method":"add","params":[{i},1],"id":3}}"#);
+        assert_eq!(one_answer(front.tcp, &frame)["result"], i + 1);
+    }
+    front.stop();
+    drop(proxy);
+    upstream.stop();
+}

@@ -846,8 +846,16 @@ fn relay_one(
     probe: Option<u64>,
     seen: &impl Fn(&Call),
 ) -> Result<bool, Lost> {
-    let response = validate_response(nodes)
-        .map_err(|_| Lost::Garbage("something that is not a JSON-RPC response"))?;
+    let Ok(response) = validate_response(nodes) else {
+        if is_notification(nodes) {
+            // An upstream's server push (a subscription's notification): it has no call
+            // to go to (subscriptions are not forwarded), and it is no fault of the
+            // connection's.
+            tracing::debug!("proxy: an upstream sent a notification; dropped");
+            return Ok(false);
+        }
+        return Err(Lost::Garbage("something that is not a JSON-RPC response"));
+    };
     let Id::UInt(id) = response.id else {
         // Not an id the proxy sends (an upstream's error with id null, say).
         return Ok(false);
@@ -869,6 +877,18 @@ fn relay_one(
             Err(Lost::Garbage(UNFOUND))
         }
     }
+}
+
+/// Whether `nodes` is a request object without an id (a notification, as a server
+/// pushes them): an object with a `method` member and no `id`.
+fn is_notification(nodes: &[Node<'_>]) -> bool {
+    matches!(nodes.first(), Some(Node::Object { .. }))
+        && members(nodes)
+            .filter_map(Result::ok)
+            .any(|(k, _)| k == "method")
+        && !members(nodes)
+            .filter_map(Result::ok)
+            .any(|(k, _)| k == "id")
 }
 
 /// Gives one HTTP response to the request `sent` it answers (`Sent::One(0)`: a
