@@ -2,7 +2,7 @@
 //! small scripted servers that misbehave on purpose (reverse order, closing mid-call,
 //! never answering, broken JSON, dropping the first connection of a retried call).
 
-use std::io::{BufReader, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -21,7 +21,7 @@ use peer::{answer, read_http, read_request};
 
 /// The ringrpc demo server on all three transports.
 struct Running {
-    urls: [String; 3],
+    urls: [String; 4],
     handle: ServerHandle,
     thread: Option<JoinHandle<std::io::Result<()>>>,
 }
@@ -44,6 +44,7 @@ impl Running {
                 format!("tcp://{tcp}"),
                 format!("unix://{}", unix.display()),
                 format!("http://{http}/"),
+                format!("ws://{http}/"),
             ],
             handle,
             thread,
@@ -549,4 +550,106 @@ fn http_answers_chunked_statuses_and_close() {
     ));
     assert_eq!(c.call::<String, _>("c", ()).unwrap(), "last");
     drop(t);
+}
+
+/// Over WebSocket: a refused handshake is the server's status; a server's ping is
+/// answered (before the next request); a server that breaks the framing fails the call.
+#[test]
+fn websocket_handshakes_pings_and_violations() {
+    let server = Running::start();
+    let http = server.urls[2]
+        .trim_start_matches("http://")
+        .trim_end_matches('/');
+    assert!(matches!(
+        Client::connect(&format!("ws://{http}/elsewhere")),
+        Err(Error::Protocol(Violation::HttpStatus(404)))
+    ));
+    // A scripted server: answers the handshake, pings, then answers the first call,
+    // checks that the pong came before the second request, and answers with a frame
+    // it must not send (masked) to the third.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut b).unwrap();
+            head.push(b[0]);
+        }
+        let head = String::from_utf8(head).unwrap();
+        let key = head
+            .lines()
+            .find_map(|l| l.strip_prefix("Sec-WebSocket-Key: "))
+            .unwrap()
+            .to_owned();
+        let accept = {
+            use sha1::Digest;
+            let mut h = sha1::Sha1::new();
+            h.update(key.as_bytes());
+            h.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.encode(h.finalize())
+        };
+        write!(
+            s,
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Accept: {accept}\r\n\r\n"
+        )
+        .unwrap();
+        // A ping right away, then read frames: (opcode, unmasked payload).
+        s.write_all(&[0x89, 0x02, b'h', b'i']).unwrap();
+        let mut frames = Vec::new();
+        let read_frame = |s: &mut TcpStream| {
+            let mut h = [0u8; 2];
+            s.read_exact(&mut h).unwrap();
+            assert_eq!(h[1] & 0x80, 0x80, "a client's frames are masked");
+            let len = match h[1] & 0x7f {
+                126 => {
+                    let mut l = [0u8; 2];
+                    s.read_exact(&mut l).unwrap();
+                    usize::from(u16::from_be_bytes(l))
+                }
+                n => usize::from(n),
+            };
+            let mut mask = [0u8; 4];
+            s.read_exact(&mut mask).unwrap();
+            let mut p = vec![0u8; len];
+            s.read_exact(&mut p).unwrap();
+            p.iter_mut()
+                .enumerate()
+                .for_each(|(i, b)| *b ^= mask[i % 4]);
+            (h[0] & 0x0f, p)
+        };
+        for answer in [r#"{"jsonrpc":"2.0","id":ID,"result":1}"#, ""] {
+            let (op, p) = read_frame(&mut s);
+            let (op, p) = if op == 0xA {
+                frames.push((op, p));
+                read_frame(&mut s)
+            } else {
+                (op, p)
+            };
+            assert_eq!(op, 1);
+            let v: Value = serde_json::from_slice(&p).unwrap();
+            let id = v["id"].to_string();
+            if answer.is_empty() {
+                // Masked: a server must not.
+                s.write_all(&[0x81, 0x82, 0, 0, 0, 0, b'{', b'}']).unwrap();
+            } else {
+                let a = answer.replace("ID", &id);
+                s.write_all(&[0x81, a.len() as u8]).unwrap();
+                s.write_all(a.as_bytes()).unwrap();
+            }
+        }
+        frames
+    });
+    let c = Client::connect(&format!("ws://{addr}/")).unwrap();
+    assert_eq!(c.call::<i64, _>("one", ()).unwrap(), 1);
+    let e = c.call::<i64, _>("two", ()).unwrap_err();
+    assert!(
+        matches!(e, Error::Protocol(Violation::WebSocket(_))),
+        "{e:?}"
+    );
+    let pongs = server.join().unwrap();
+    assert_eq!(pongs, vec![(0xA, b"hi".to_vec())], "the ping answered");
 }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use super::Error;
 
-/// A parsed `tcp://`, `unix://` or `http://` address.
+/// A parsed `tcp://`, `unix://`, `http://` or `ws://` address.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Address {
     /// Newline-delimited JSON over TCP; `host:port`.
@@ -13,10 +13,13 @@ pub(crate) enum Address {
     Unix(PathBuf),
     /// HTTP/1.1 keep-alive: `host:port` to connect to (and send as `Host`), and the path.
     Http { authority: String, path: String },
+    /// WebSocket: `host:port` and the path of the handshake.
+    Ws { authority: String, path: String },
 }
 
 impl Address {
-    /// Parses `tcp://host:port`, `unix:///path` or `http://host[:port][/path]`.
+    /// Parses `tcp://host:port`, `unix:///path`, `http://host[:port][/path]` or
+    /// `ws://host[:port][/path]`.
     pub(crate) fn parse(url: &str) -> Result<Self, Error> {
         let bad = |why: &str| Error::Address(format!("{url:?}: {why}"));
         if let Some(rest) = url.strip_prefix("tcp://") {
@@ -29,6 +32,11 @@ impl Address {
                 return Err(bad("expected unix:///path/to/socket"));
             }
             Ok(Self::Unix(PathBuf::from(rest)))
+        } else if let Some(rest) = url.strip_prefix("ws://") {
+            match Self::parse(&format!("http://{rest}")) {
+                Ok(Self::Http { authority, path }) => Ok(Self::Ws { authority, path }),
+                _ => Err(bad("expected ws://host[:port][/path]")),
+            }
         } else if let Some(rest) = url.strip_prefix("http://") {
             let (authority, path) = match rest.find('/') {
                 Some(i) => (&rest[..i], &rest[i..]),
@@ -47,7 +55,7 @@ impl Address {
                 path: path.to_owned(),
             })
         } else {
-            Err(bad("the scheme must be tcp://, unix:// or http://"))
+            Err(bad("the scheme must be tcp://, unix://, http:// or ws://"))
         }
     }
 }

@@ -36,6 +36,7 @@ use crate::codec::response::{validate_response, Body};
 use crate::codec::tape::elements;
 use crate::codec::{Id, LineDecoder};
 use crate::engine::Scratch;
+use crate::transport::websocket::{self, ClientFrame, WsDecoder, WsEvent};
 
 /// Bytes asked of each read(2).
 const READ_CHUNK: usize = 64 * 1024;
@@ -169,6 +170,8 @@ struct WriteError {
 /// How requests and responses are delimited.
 enum Framing {
     Line,
+    /// WebSocket: each request one masked text message, each answer one message.
+    Ws,
     Http {
         authority: String,
         path: String,
@@ -188,6 +191,8 @@ struct Writer {
     out: Vec<u8>,
     /// When the last request was written (or the connection made).
     last_write: Instant,
+    /// WebSocket: the state of the masking keys' generator.
+    mask: u64,
 }
 
 /// The writer and how many callers wait for it.
@@ -222,6 +227,8 @@ struct Reader {
     lines: LineDecoder,
     /// HTTP: the response being decoded, kept across reads.
     http: http::Decoder,
+    /// WebSocket: the server's frames.
+    ws: WsDecoder,
     scratch: Scratch,
     /// The read timeout currently set on the socket.
     timeout: Option<Duration>,
@@ -269,6 +276,9 @@ struct Table {
     /// the call it belongs to (`None` for notifications). HTTP answers in order, so
     /// this attributes status errors and id-less error objects.
     http: VecDeque<Option<u64>>,
+    /// WebSocket: the payload of a ping not yet answered (the reader cannot write: the
+    /// pong goes before the next request).
+    pong: Option<BytesMut>,
 }
 
 /// A registered call: its slot and first id.
@@ -368,6 +378,8 @@ impl Conn {
         connect_timeout: Duration,
         ids: Arc<Numbering>,
     ) -> Result<Self, Error> {
+        // WebSocket: bytes the server sent right after its handshake answer.
+        let mut early = BytesMut::new();
         let (stream, framing) = match addr {
             Address::Tcp(hp) => (Stream::Tcp(tcp(hp, connect_timeout)?), Framing::Line),
             Address::Unix(path) => (
@@ -383,6 +395,12 @@ impl Conn {
                     bearer: opts.token.clone(),
                 },
             ),
+            Address::Ws { authority, path } => {
+                let mut s = tcp(authority, connect_timeout)?;
+                let rest = ws_handshake(&mut s, authority, path, opts, connect_timeout)?;
+                early = rest;
+                (Stream::Tcp(s), Framing::Ws)
+            }
         };
         stream
             .set_write_timeout(opts.timeout)
@@ -398,15 +416,21 @@ impl Conn {
                     body: Vec::with_capacity(1024),
                     out: Vec::new(),
                     last_write: Instant::now(),
+                    mask: seed(),
                 }),
                 waiting: 0,
             }),
             writer_free: Condvar::new(),
             reader: Mutex::new(Reader {
                 stream: reader,
-                buf: BytesMut::with_capacity(READ_CHUNK),
+                buf: {
+                    let mut buf = BytesMut::with_capacity(READ_CHUNK.max(early.len()));
+                    buf.extend_from_slice(&early);
+                    buf
+                },
                 lines: LineDecoder::new(opts.max_response_bytes),
                 http: http::Decoder::default(),
+                ws: WsDecoder::client(opts.max_response_bytes),
                 scratch: Scratch::with_max_depth(opts.max_depth),
                 timeout: None,
                 eof: false,
@@ -416,6 +440,7 @@ impl Conn {
                 leader: false,
                 failed: None,
                 http: VecDeque::new(),
+                pong: None,
             }),
             dead: AtomicBool::new(false),
             control,
@@ -457,7 +482,7 @@ impl Conn {
         // took is not promised to the server.
         let budget = carry.until.map(budget_ms);
         let meta = match self.framing {
-            Framing::Line => budget,
+            Framing::Line | Framing::Ws => budget,
             Framing::Http { .. } => None,
         };
         write(&mut w.body, meta).map_err(SendError::Failed)?;
@@ -465,6 +490,16 @@ impl Conn {
             Framing::Line => {
                 w.body.push(b'\n');
                 &w.body
+            }
+            Framing::Ws => {
+                w.out.clear();
+                if let Some(ping) = lock(&self.table).pong.take() {
+                    let mask = next_mask(&mut w.mask);
+                    websocket::write_masked(&mut w.out, ClientFrame::Pong, &ping, mask);
+                }
+                let mask = next_mask(&mut w.mask);
+                websocket::write_masked(&mut w.out, ClientFrame::Text, &w.body, mask);
+                &w.out
             }
             Framing::Http {
                 authority,
@@ -759,6 +794,7 @@ impl Conn {
             buf,
             lines,
             http,
+            ws,
             scratch,
             eof,
             ..
@@ -768,6 +804,23 @@ impl Conn {
                 Ok(Some(frame)) => self.route(scratch, &frame, None, me, on_reply).map(Some),
                 Ok(None) => Ok(None),
                 Err(_) => Err(Failure::Protocol(Violation::TooLarge)),
+            },
+            Framing::Ws => loop {
+                let v = |why| Err(Failure::Protocol(Violation::WebSocket(why)));
+                return match ws.decode(buf) {
+                    None if *eof => Err(Failure::Closed),
+                    None => Ok(None),
+                    Some(WsEvent::Message(frame)) => {
+                        self.route(scratch, &frame, None, me, on_reply).map(Some)
+                    }
+                    Some(WsEvent::Ping(payload)) => {
+                        lock(&self.table).pong = Some(payload);
+                        continue;
+                    }
+                    Some(WsEvent::TooLarge) => Err(Failure::Protocol(Violation::TooLarge)),
+                    Some(WsEvent::Close(_)) => v("the server closed the WebSocket"),
+                    Some(WsEvent::Fail(_, why)) => v(why),
+                };
             },
             Framing::Http { .. } => {
                 let reply = http
@@ -1020,6 +1073,98 @@ fn error_answer(scratch: &mut Scratch, body: &[u8]) -> bool {
 }
 
 /// Connects over TCP to `host:port`, trying each resolved address.
+/// A random 64-bit seed (std's hasher keys are drawn from the OS, fresh per process and
+/// different per `RandomState`).
+fn seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0x9e37_79b9_7f4a_7c15);
+    h.finish() | 1
+}
+
+/// The next masking key (xorshift64*: unpredictable enough to keep caches and
+/// intermediaries from seeing the payload's bytes, which is what masking is for).
+fn next_mask(state: &mut u64) -> [u8; 4] {
+    let mut x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    let v = x.wrapping_mul(0x2545_f491_4f6c_dd1d);
+    [
+        (v >> 32) as u8,
+        (v >> 40) as u8,
+        (v >> 48) as u8,
+        (v >> 56) as u8,
+    ]
+}
+
+/// The WebSocket opening handshake on `s` (blocking, within `timeout`): checks the
+/// `101` and its `Sec-WebSocket-Accept`; returns any bytes read past the answer's head.
+fn ws_handshake(
+    s: &mut TcpStream,
+    authority: &str,
+    path: &str,
+    opts: &Options,
+    timeout: Duration,
+) -> Result<BytesMut, Error> {
+    use base64::Engine as _;
+    use std::io::Read;
+    let refused = |why| Error::Protocol(Violation::WebSocket(why));
+    let mut raw = [0u8; 16];
+    raw[..8].copy_from_slice(&seed().to_le_bytes());
+    raw[8..].copy_from_slice(&seed().to_le_bytes());
+    let key = base64::engine::general_purpose::STANDARD.encode(raw);
+    let mut request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nUpgrade: websocket\r\n\
+         Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+    );
+    if let Some(token) = &opts.token {
+        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    request.push_str("\r\n");
+    s.set_read_timeout(Some(timeout)).map_err(Error::Connect)?;
+    s.set_write_timeout(Some(timeout)).map_err(Error::Connect)?;
+    s.write_all(request.as_bytes()).map_err(Error::Connect)?;
+    let mut got = BytesMut::with_capacity(1024);
+    let end = loop {
+        if let Some(i) = memchr::memmem::find(&got, b"\r\n\r\n") {
+            break i + 4;
+        }
+        if got.len() > 16 * 1024 {
+            return Err(refused("the handshake's answer is too long"));
+        }
+        let mut chunk = [0u8; 1024];
+        match s.read(&mut chunk) {
+            Ok(0) => return Err(refused("the server closed during the handshake")),
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+            Err(e) if is_timeout(&e) => return Err(Error::ConnectTimeout),
+            Err(e) => return Err(Error::Connect(e)),
+        }
+    };
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut resp = httparse::Response::new(&mut headers);
+    if !matches!(resp.parse(&got[..end]), Ok(httparse::Status::Complete(_))) {
+        return Err(refused("a malformed handshake answer"));
+    }
+    if resp.code != Some(101) {
+        return Err(Error::Protocol(Violation::HttpStatus(
+            resp.code.unwrap_or(0),
+        )));
+    }
+    let accept = websocket::accept_value(key.as_bytes());
+    let accepted = resp
+        .headers
+        .iter()
+        .any(|h| h.name.eq_ignore_ascii_case("sec-websocket-accept") && h.value == accept);
+    if !accepted {
+        return Err(refused("a wrong Sec-WebSocket-Accept"));
+    }
+    s.set_read_timeout(None).map_err(Error::Connect)?;
+    let _ = got.split_to(end);
+    Ok(got)
+}
+
 fn tcp(host_port: &str, timeout: Duration) -> Result<TcpStream, Error> {
     let addrs = host_port.to_socket_addrs().map_err(Error::Connect)?;
     let mut last = None;

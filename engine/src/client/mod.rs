@@ -522,8 +522,10 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// Connects to `url` (`tcp://host:port`, `unix:///path` or `http://host[:port][/path]`)
-    /// with default [`Options`].
+    /// Connects to `url` (`tcp://host:port`, `unix:///path`, `http://host[:port][/path]`
+    /// or `ws://host[:port][/path]`) with default [`Options`]. Over WebSocket, a token
+    /// goes as `Authorization: Bearer` on the handshake; notifications a server pushes
+    /// (subscriptions) are not read by this client yet: a connection that gets one fails.
     ///
     /// # Errors
     ///
@@ -541,7 +543,8 @@ impl Client {
     /// As [`Client::connect`].
     pub fn connect_with(url: &str, options: Options) -> Result<Self, Error> {
         let address = Address::parse(url)?;
-        if let (Address::Http { .. }, Some(token)) = (&address, &options.token) {
+        if let (Address::Http { .. } | Address::Ws { .. }, Some(token)) = (&address, &options.token)
+        {
             check_header_token(token)?;
         }
         let ids = Arc::new(Numbering::new());

@@ -47,6 +47,10 @@ pub enum Violation {
     /// A response larger than the client's `max_response_bytes`.
     #[error("response exceeds max_response_bytes")]
     TooLarge,
+    /// The server broke the WebSocket protocol, refused the handshake, or closed the
+    /// WebSocket.
+    #[error("WebSocket: {0}")]
+    WebSocket(&'static str),
     /// An HTTP status other than 200 or 204 (a 401 or 429 whose body holds JSON-RPC
     /// errors is reported as those errors instead).
     #[error("HTTP status {0}")]

@@ -650,6 +650,14 @@ impl ProxyBuilder {
                 url: url.clone(),
                 reason: e.to_string(),
             })?;
+            if matches!(address, Address::Ws { .. }) {
+                return Err(ProxyError::Address {
+                    url: url.clone(),
+                    reason: "WebSocket upstreams are not supported yet: use tcp://, unix:// or \
+                             http://"
+                        .into(),
+                });
+            }
             let http_head: Option<Box<[u8]>> = match &address {
                 Address::Http { authority, path } => Some(
                     format!(

@@ -41,7 +41,7 @@ impl Resolved {
 pub(crate) fn host_port(address: &Address) -> Option<&str> {
     match address {
         Address::Tcp(hostport) => Some(hostport),
-        Address::Http { authority, .. } => Some(authority),
+        Address::Http { authority, .. } | Address::Ws { authority, .. } => Some(authority),
         Address::Unix(_) => None,
     }
 }

@@ -40,12 +40,7 @@ pub(crate) fn valid_key(key: &[u8]) -> bool {
 
 /// Appends the `101 Switching Protocols` answer to a handshake with `key`.
 pub(crate) fn write_switch(out: &mut Vec<u8>, key: &[u8]) {
-    use base64::Engine as _;
-    let mut sha = Sha1::new();
-    sha.update(key);
-    sha.update(GUID);
-    let mut accept = [0u8; 28];
-    let _ = base64::engine::general_purpose::STANDARD.encode_slice(sha.finalize(), &mut accept);
+    let accept = accept_value(key);
     out.extend_from_slice(
         b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
           Sec-WebSocket-Accept: ",
@@ -82,6 +77,44 @@ pub(crate) fn finish_message(out: &mut Vec<u8>, mark: usize) {
 /// Appends a whole text message holding `payload`.
 pub(crate) fn write_message(out: &mut Vec<u8>, payload: &[u8]) {
     write_frame(out, TEXT, payload);
+}
+
+/// What a client sends: a text message, or a pong answering a ping.
+#[cfg_attr(not(feature = "client"), allow(dead_code))]
+#[derive(Clone, Copy)]
+pub(crate) enum ClientFrame {
+    Text,
+    Pong,
+}
+
+/// Appends a client's frame holding `payload`, masked with `mask` (a client must mask
+/// every frame, RFC 6455 §5.3).
+#[cfg_attr(not(feature = "client"), allow(dead_code))]
+pub(crate) fn write_masked(out: &mut Vec<u8>, kind: ClientFrame, payload: &[u8], mask: [u8; 4]) {
+    let opcode = match kind {
+        ClientFrame::Text => TEXT,
+        ClientFrame::Pong => PONG,
+    };
+    let mut header = [0u8; 10];
+    let n = frame_header(&mut header, opcode, payload.len());
+    header[1] |= 0x80;
+    out.extend_from_slice(&header[..n]);
+    out.extend_from_slice(&mask);
+    let at = out.len();
+    out.extend_from_slice(payload);
+    unmask(&mut out[at..], mask);
+}
+
+/// `Sec-WebSocket-Accept` for `key`, as the server must answer it.
+#[cfg_attr(not(feature = "client"), allow(dead_code))]
+pub(crate) fn accept_value(key: &[u8]) -> [u8; 28] {
+    use base64::Engine as _;
+    let mut sha = Sha1::new();
+    sha.update(key);
+    sha.update(GUID);
+    let mut accept = [0u8; 28];
+    let _ = base64::engine::general_purpose::STANDARD.encode_slice(sha.finalize(), &mut accept);
+    accept
 }
 
 /// Appends a pong answering a ping with `payload`.
@@ -150,6 +183,9 @@ pub(crate) enum WsEvent {
 #[derive(Debug)]
 pub(crate) struct WsDecoder {
     max_message: usize,
+    /// Frames come from a client (masked, as they must be) or, for the client's own
+    /// decoder, from a server (never masked).
+    from_client: bool,
     /// A fragmented message being put together (its frames' payloads, unmasked), and
     /// whether it is text.
     partial: Option<(BytesMut, bool)>,
@@ -162,10 +198,22 @@ pub(crate) struct WsDecoder {
 }
 
 impl WsDecoder {
-    /// A decoder for messages of at most `max_message` bytes.
+    /// A server's decoder (of a client's frames) for messages of at most `max_message`
+    /// bytes.
     pub(crate) fn new(max_message: usize) -> Self {
+        Self::with(max_message, true)
+    }
+
+    /// A client's decoder (of a server's frames).
+    #[cfg_attr(not(feature = "client"), allow(dead_code))]
+    pub(crate) fn client(max_message: usize) -> Self {
+        Self::with(max_message, false)
+    }
+
+    fn with(max_message: usize, from_client: bool) -> Self {
         Self {
             max_message,
+            from_client,
             partial: None,
             skip: 0,
             dropping: false,
@@ -205,8 +253,16 @@ impl WsDecoder {
                     "reserved bits set (no extension was agreed)",
                 ));
             }
-            if b1 & 0x80 == 0 {
-                return Some(self.fail(PROTOCOL_ERROR, "a client's frames must be masked"));
+            let masked = b1 & 0x80 != 0;
+            if masked != self.from_client {
+                return Some(self.fail(
+                    PROTOCOL_ERROR,
+                    if self.from_client {
+                        "a client's frames must be masked"
+                    } else {
+                        "a server's frames must not be masked"
+                    },
+                ));
             }
             let (len, at) = match b1 & 0x7F {
                 126 => (
@@ -225,7 +281,7 @@ impl WsDecoder {
                 }
                 n => (u64::from(n), 2),
             };
-            let head = at + 4;
+            let head = if masked { at + 4 } else { at };
             let control = opcode & 0x8 != 0;
             match opcode {
                 CONTINUATION | TEXT | BINARY | CLOSE | PING | PONG => {}
@@ -271,10 +327,12 @@ impl WsDecoder {
                 buf.reserve(head + len - buf.len());
                 return None;
             }
-            let mask = [buf[at], buf[at + 1], buf[at + 2], buf[at + 3]];
+            let mask = masked.then(|| [buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
             buf.advance(head);
             let mut payload = buf.split_to(len);
-            unmask(&mut payload, mask);
+            if let Some(mask) = mask {
+                unmask(&mut payload, mask);
+            }
             match opcode {
                 PING => return Some(WsEvent::Ping(payload)),
                 PONG => continue,
