@@ -11,7 +11,6 @@ mod util;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -415,23 +414,9 @@ asyncio.run(asyncio.wait_for(main(sys.argv[1]), 60))
 
 #[test]
 fn python_websockets_subscriber() {
-    let ok = Command::new("python3")
-        .args(["-c", "import websockets"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        ok,
-        "this test needs python3 with `websockets` (pip install websockets)"
-    );
     let server = served();
-    let out = Command::new("python3")
-        .args(["-c", PY_SUBSCRIBER])
-        .arg(format!("ws://{}/", server.http))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "python client failed: {stderr}");
-    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let url = format!("ws://{}/", server.http);
+    let got = util::python::run("websockets", PY_SUBSCRIBER, &url);
     let ns: Vec<u64> = (0..500).collect();
     assert_eq!(got["ns"], json!(ns));
     assert_eq!(got["subs"], json!([got["sub"]]));

@@ -12,7 +12,6 @@ mod util;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -69,23 +68,8 @@ asyncio.run(asyncio.wait_for(main(sys.argv[1]), 60))
 
 #[test]
 fn python_websockets_client() {
-    let ok = Command::new("python3")
-        .args(["-c", "import websockets"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        ok,
-        "this test needs python3 with the `websockets` package (pip install websockets)"
-    );
     let server = served(ServerConfig::default());
-    let out = Command::new("python3")
-        .args(["-c", PY_CLIENT])
-        .arg(format!("ws://{}/", server.http))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "python client failed: {stderr}");
-    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got = util::python::run("websockets", PY_CLIENT, &format!("ws://{}/", server.http));
     assert_eq!(
         got["call"],
         json!({"jsonrpc": "2.0", "id": 1, "result": 19})
@@ -174,6 +158,12 @@ impl Ws {
             assert!(n > 0, "closed while waiting for a frame");
             self.rest.extend_from_slice(&b[..n]);
         }
+    }
+
+    /// A `ping` call is answered.
+    fn pings(&mut self) {
+        self.text(r#"{"jsonrpc":"2.0","method":"ping","id":1}"#);
+        assert_eq!(self.answer()["result"], "pong");
     }
 
     fn answer(&mut self) -> Value {
@@ -294,9 +284,7 @@ fn protocol_violations_close_with_a_reason() {
         ws.closed_with(code);
     }
     // The server lives: another connection is served.
-    let mut ws = Ws::connect(server.http, "");
-    ws.text(r#"{"jsonrpc":"2.0","method":"ping","id":1}"#);
-    assert_eq!(ws.answer()["result"], "pong");
+    Ws::connect(server.http, "").pings();
     server.stop();
 }
 
@@ -328,9 +316,7 @@ fn bad_handshakes_are_refused_with_a_status() {
         }
     }
     // An allowed origin's page may connect.
-    let mut ws = Ws::connect(server.http, "Origin: https://good.example\r\n");
-    ws.text(r#"{"jsonrpc":"2.0","method":"ping","id":1}"#);
-    assert_eq!(ws.answer()["result"], "pong");
+    Ws::connect(server.http, "Origin: https://good.example\r\n").pings();
     server.stop();
 }
 

@@ -779,13 +779,7 @@ fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<
                 Ok(None) => return,
                 Err(e) => {
                     let mark = conn.out.len();
-                    if let Some(m) = ctx.pending.metrics() {
-                        m.call(
-                            ctx.engine.unknown(),
-                            conn.info.transport(),
-                            Some(crate::error::INVALID_REQUEST),
-                        );
-                    }
+                    count_frame_error(ctx, conn);
                     let _ = ctx.engine.write_frame_error(e, &mut conn.out);
                     conn.out.push(b'\n');
                     queue_if_behind(conn, mark);
@@ -869,13 +863,7 @@ fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<
                 Some(WsEvent::Message(frame)) => answer(ctx, conn, key, &frame, None, None),
                 Some(WsEvent::TooLarge) => {
                     let mark = conn.out.len();
-                    if let Some(m) = ctx.pending.metrics() {
-                        m.call(
-                            ctx.engine.unknown(),
-                            conn.info.transport(),
-                            Some(crate::error::INVALID_REQUEST),
-                        );
-                    }
+                    count_frame_error(ctx, conn);
                     let message = websocket::begin_message(&mut conn.out);
                     let limit = ctx.engine.config().max_request_bytes;
                     let _ = ctx
@@ -902,6 +890,18 @@ fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<
                 }
             },
         }
+    }
+}
+
+/// Counts a frame over the size limit (a line, a WebSocket message) as an invalid
+/// request of no method.
+fn count_frame_error(ctx: &Ctx, conn: &Conn) {
+    if let Some(m) = ctx.pending.metrics() {
+        m.call(
+            ctx.engine.unknown(),
+            conn.info.transport(),
+            Some(crate::error::INVALID_REQUEST),
+        );
     }
 }
 

@@ -6,6 +6,7 @@
 
 pub mod http;
 pub mod line;
+pub mod python;
 pub mod redis;
 pub mod server;
 pub mod ws;
