@@ -12,11 +12,15 @@
 # Loads (LOADS, default "16x1 16x16 16x1b16"): connections x messages in flight, `b16`
 # meaning batches of 16. Prints each run (rps, p50, the server's CPU per call from
 # /proc in µs) and then, per load, the medians and ringrpc / jsonrpsee ratios.
+# Server push (PUSH, default "100 1000"): that many connections each subscribed to
+# `subscribe_ticks [1]` (a tick a millisecond each: 100k and 1M notifications/s
+# offered), loadgen --ticks counting what is delivered; CPU per notification.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-5}
 rounds=${2:-3}
 LOADS=${LOADS:-16x1 16x16 16x1b16}
+PUSH=${PUSH:-100 1000}
 bin=${CARGO_TARGET_DIR:-target}/release
 for b in "$bin/examples/server" "$bin/loadgen" "$bin/jsonrpsee_server"; do
   [ -x "$b" ] || { echo "ws_compare: missing $b (see the top of this script)" >&2; exit 2; }
@@ -55,6 +59,16 @@ for round in $(seq "$rounds"); do
       echo "$round $load $who $((after - before)) $out" | tee -a "$tmp/runs"
     done
   done
+  for n in $PUSH; do
+    for who in ringrpc jsonrpsee; do
+      if [ "$who" = ringrpc ]; then a=$raddr; p=$rpid; else a=$jaddr; p=$jpid; fi
+      before=$(ticks "$p")
+      out=$(taskset -c 0 "$bin/loadgen" --ws "ws://$a/" --connections "$n" --ticks 1 \
+        --warmup 1 --duration "$secs" 2>/dev/null || echo '{"failed":true}')
+      after=$(ticks "$p")
+      echo "$round push$n $who $((after - before)) $out" | tee -a "$tmp/runs"
+    done
+  done
 done
 
 python3 - "$tmp/runs" "$tck" <<'PY'
@@ -66,10 +80,17 @@ for line in open(runs):
     d = json.loads(js)
     if d.get("failed"):
         print("FAILED", load, who); continue
-    cpu = int(ticks) / tck * 1e6 / max(d["elements"], 1)
-    bad = d.get("errors", 0) + d.get("mismatches", 0)
-    rows.setdefault(load, {}).setdefault(who, []).append((d["elements_per_s"], d["latency_us"]["p50"], cpu, bad))
-print(f"{'load':10} {'server':10} {'calls/s':>10} {'p50 us':>8} {'cpu us/call':>11} {'bad':>4}")
+    if load.startswith("push"):
+        cpu = int(ticks) / tck * 1e6 / max(d["notifications"], 1)
+        row = (d["notifications_per_s"], float(d["dropped"]), cpu, d["errors"])
+    else:
+        cpu = int(ticks) / tck * 1e6 / max(d["elements"], 1)
+        bad = d.get("errors", 0) + d.get("mismatches", 0)
+        row = (d["elements_per_s"], d["latency_us"]["p50"], cpu, bad)
+    rows.setdefault(load, {}).setdefault(who, []).append(row)
+print("calls: calls/s, p50 µs, server CPU µs per call; pushN: notifications/s delivered,")
+print("notifications the server dropped (lagged), server CPU µs per notification")
+print(f"{'load':10} {'server':10} {'per s':>10} {'p50/drop':>8} {'cpu us':>11} {'bad':>4}")
 for load, by in rows.items():
     med = {}
     for who, v in by.items():

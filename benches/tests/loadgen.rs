@@ -228,6 +228,23 @@ fn loadgen_over_websocket() {
         ]);
         assert_clean(&v, 200, 3200);
     }
+    // Subscribers: every subscription answered, ticks counted.
+    for url in [&jsonrpsee, &ringrpc] {
+        let v = loadgen(&[
+            "--ws",
+            url,
+            "--ticks",
+            "1",
+            "--connections",
+            "8",
+            "--duration",
+            "1",
+        ]);
+        assert_eq!(n(&v, "subscribed"), 8, "{v}");
+        assert_eq!(n(&v, "errors"), 0, "{v}");
+        // Counted (how many depends on the machine: no bound is asserted).
+        assert!(n(&v, "notifications") > 0, "{v}");
+    }
     handle.shutdown();
     thread.join().unwrap().unwrap();
 }

@@ -104,6 +104,36 @@ fn module() -> Result<RpcModule<()>, jsonrpsee::core::RegisterMethodError> {
     for name in ["update", "notify_hello", "notify_sum"] {
         m.register_method(name, |_, _, _| ())?;
     }
+    // As the ringrpc demo's: `tick` notifications 0, 1, 2, … every `interval_ms` (a
+    // tokio interval, catching up after a delay as the demo's timer does) until the
+    // client unsubscribes or goes; each waits for room in the connection's buffer.
+    m.register_subscription(
+        "subscribe_ticks",
+        "tick",
+        "unsubscribe_ticks",
+        |p: Params<'static>, pending, _, _| async move {
+            let [ms] = match p.parse::<[u64; 1]>() {
+                Ok(ms) if (1..=MAX_SLEEP_MS).contains(&ms[0]) => ms,
+                _ => {
+                    pending
+                        .reject(invalid_params("`interval_ms` must be 1 to 60000"))
+                        .await;
+                    return Ok(());
+                }
+            };
+            let sink = pending.accept().await?;
+            let mut every = tokio::time::interval(Duration::from_millis(ms));
+            every.tick().await;
+            for n in 0u64.. {
+                every.tick().await;
+                let msg = serde_json::value::to_raw_value(&n)?;
+                if sink.send(msg).await.is_err() {
+                    break;
+                }
+            }
+            Ok::<(), jsonrpsee::core::SubscriptionError>(())
+        },
+    )?;
     Ok(m)
 }
 

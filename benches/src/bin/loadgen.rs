@@ -107,6 +107,11 @@ struct Args {
     /// connection is given up as stalled.
     #[arg(long, default_value_t = 10.0)]
     timeout: f64,
+    /// Subscriber mode (TCP or WebSocket): each connection calls `subscribe_ticks [MS]`
+    /// once and then only reads, counting the `tick` notifications delivered (and any
+    /// `lagged` counts of dropped ones); the summary gives notifications per second.
+    #[arg(long, value_name = "MS")]
+    ticks: Option<u64>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1561,6 +1566,161 @@ fn worker(
     stats
 }
 
+/// The subscriber mode's summary.
+#[derive(Serialize)]
+struct Subscribed<'a> {
+    transport: &'static str,
+    connections: usize,
+    interval_ms: u64,
+    duration_s: f64,
+    /// Connections whose subscribe call was answered with a result.
+    subscribed: usize,
+    /// `tick` notifications read during the measured time.
+    notifications: u64,
+    notifications_per_s: f64,
+    /// Ticks a server said it dropped (`lagged` notifications), measured time.
+    dropped: u64,
+    /// Error answers and broken connections.
+    errors: u64,
+    target: &'a str,
+}
+
+/// Subscriber mode: connects, subscribes each connection to `subscribe_ticks [ms]`, and
+/// counts what arrives (one thread, one poll).
+fn subscribers(args: &Args, plan: &Plan, ms: u64) -> ExitCode {
+    let run = || -> io::Result<Subscribed<'_>> {
+        let mut poll = Poll::new()?;
+        let mut conns = Vec::new();
+        let request =
+            format!(r#"{{"jsonrpc":"2.0","method":"subscribe_ticks","params":[{ms}],"id":1}}"#);
+        let mut message = match plan.transport {
+            Transport::Ws => ws_header(request.len()),
+            _ => Vec::new(),
+        };
+        message.extend_from_slice(request.as_bytes());
+        if plan.transport == Transport::Tcp {
+            message.push(b'\n');
+        }
+        for i in 0..args.connections {
+            let mut s = connect(plan)?;
+            poll.registry()
+                .register(&mut s, Token(i), Interest::READABLE)?;
+            conns.push((s, Vec::<u8>::with_capacity(64 * 1024), false));
+        }
+        // Every connection made first, then all subscribe at once: no subscription
+        // runs up a backlog while the others connect.
+        for (s, _, _) in &mut conns {
+            // A few dozen bytes into an empty socket buffer: written at once.
+            s.write_all(&message)?;
+        }
+        let start = Instant::now();
+        let measure_from = start + Duration::from_secs_f64(args.warmup);
+        let end = measure_from + Duration::from_secs_f64(args.duration.unwrap_or(10.0));
+        let (mut notifications, mut dropped, mut errors) = (0u64, 0u64, 0u64);
+        let mut events = Events::with_capacity(1024);
+        let mut chunk = vec![0u8; 256 * 1024];
+        loop {
+            let now = Instant::now();
+            if now >= end {
+                break;
+            }
+            poll.poll(&mut events, Some(end - now))?;
+            let measured = Instant::now() >= measure_from;
+            for ev in &events {
+                let (s, buf, subscribed) = &mut conns[ev.token().0];
+                loop {
+                    match s.read(&mut chunk) {
+                        Ok(0) => {
+                            errors += 1;
+                            break;
+                        }
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(_) => {
+                            errors += 1;
+                            break;
+                        }
+                    }
+                }
+                let mut at = 0;
+                loop {
+                    let frame = match plan.transport {
+                        Transport::Ws => match ws_frame(&buf[at..]) {
+                            Some((_, head, len)) if at + head + len <= buf.len() => {
+                                let f = at + head..at + head + len;
+                                at += head + len;
+                                f
+                            }
+                            _ => break,
+                        },
+                        _ => match memchr::memchr(b'\n', &buf[at..]) {
+                            Some(nl) => {
+                                let f = at..at + nl;
+                                at += nl + 1;
+                                f
+                            }
+                            None => break,
+                        },
+                    };
+                    let f = &buf[frame];
+                    if memchr::memmem::find(f, br#""method":"tick""#).is_some() {
+                        if let Some(i) = memchr::memmem::find(f, br#""lagged":"#) {
+                            let digits = &f[i + 9..];
+                            let n = digits.iter().take_while(|b| b.is_ascii_digit()).count();
+                            let lost: u64 = std::str::from_utf8(&digits[..n])
+                                .ok()
+                                .and_then(|d| d.parse().ok())
+                                .unwrap_or(0);
+                            if measured {
+                                dropped += lost;
+                            }
+                        } else if measured {
+                            notifications += 1;
+                        }
+                    } else if memchr::memmem::find(f, br#""result""#).is_some() {
+                        *subscribed = true;
+                    } else {
+                        errors += 1;
+                    }
+                }
+                buf.drain(..at);
+            }
+        }
+        let secs = end.saturating_duration_since(measure_from).as_secs_f64();
+        Ok(Subscribed {
+            transport: if plan.transport == Transport::Ws {
+                "ws"
+            } else {
+                "tcp"
+            },
+            connections: args.connections,
+            interval_ms: ms,
+            duration_s: secs,
+            subscribed: conns.iter().filter(|c| c.2).count(),
+            notifications,
+            notifications_per_s: notifications as f64 / secs.max(f64::MIN_POSITIVE),
+            dropped,
+            errors,
+            target: &plan.target,
+        })
+    };
+    match run() {
+        Ok(summary) => {
+            println!("{}", serde_json::to_string(&summary).unwrap_or_default());
+            if summary.errors > 0 || summary.subscribed < args.connections {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("loadgen: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let plan = match build_plan(&args) {
@@ -1570,6 +1730,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(ms) = args.ticks {
+        if plan.transport == Transport::Http {
+            eprintln!("loadgen: --ticks needs --tcp or --ws (HTTP cannot push)");
+            return ExitCode::from(2);
+        }
+        return subscribers(&args, &plan, ms);
+    }
     let threads = args.threads.min(args.connections);
     let barrier = Arc::new(Barrier::new(threads + 1));
     let abort = Arc::new(AtomicBool::new(false));
