@@ -1,11 +1,12 @@
-//! JSON-RPC over WebSocket on the HTTP listener: a third-party client (Python's
-//! `websockets`: calls, batches, notifications, errors, a 1 MB message, 50 connections
-//! at once, ping and close), and a hand-written client for what a library would not
-//! send: frames split byte by byte, oversized and fragmented messages, protocol
+//! JSON-RPC over WebSocket on the HTTP listener: third-party clients (Python's
+//! `websockets` and Node's `ws`: calls, batches, notifications, errors, a 1 MB message,
+//! 50 connections at once, ping and close, a subscription), and a hand-written client
+//! for what a library would not send: frames split byte by byte, oversized and fragmented messages, protocol
 //! violations, bad handshakes, credentials on the handshake.
 //!
-//! The Python test needs `python3` with `websockets` (`pip install websockets`; `.ci/run`
-//! installs it). Every socket has timeouts, so a hang fails the test instead of
+//! The Python test needs `python3` with `websockets` (`pip install websockets`), the Node
+//! test `node` with `ws` (`npm install --prefix ~/.cache/ringrpc-node ws@8`); `.ci/run`
+//! installs both. Every socket has timeouts, so a hang fails the test instead of
 //! stalling it.
 
 mod util;
@@ -371,5 +372,98 @@ fn shutdown_answers_then_closes_going_away() {
         json!({"jsonrpc": "2.0", "id": "owed", "result": null})
     );
     assert_eq!(pong["result"], "pong");
+    server.stop();
+}
+
+/// Node's `ws` package, installed by `.ci/run` under `~/.cache/ringrpc-node` (or where
+/// `RINGRPC_NODE_MODULES` says).
+const NODE_CLIENT: &str = r#"
+const WebSocket = require('ws');
+const url = process.argv[process.argv.length - 1];
+const out = {};
+function open() {
+  return new Promise((ok, fail) => {
+    const ws = new WebSocket(url, { maxPayload: 0 });
+    ws.on('open', () => ok(ws));
+    ws.on('error', fail);
+  });
+}
+function next(ws) {
+  return new Promise((ok) => ws.once('message', (m) => ok(JSON.parse(m.toString()))));
+}
+(async () => {
+  const ws = await open();
+  ws.send('{"jsonrpc":"2.0","method":"subtract","params":[42,23],"id":1}');
+  out.call = await next(ws);
+  ws.send('{"jsonrpc":"2.0","method":"notify_hello","params":[7]}');
+  ws.send('{"jsonrpc":"2.0","method":"nope","id":"e"}');
+  out.error = await next(ws);
+  ws.send('[{"jsonrpc":"2.0","method":"sum","params":[1,2,4],"id":"1"},{"jsonrpc":"2.0","method":"notify_hello","params":[7]},{"foo":"boo"}]');
+  out.batch = await next(ws);
+  const big = 'x'.repeat(1000000);
+  ws.send(JSON.stringify({jsonrpc: '2.0', method: 'echo', params: [big], id: 5}));
+  out.big = (await next(ws)).result[0] === big;
+  out.pong = await new Promise((ok) => { ws.once('pong', (p) => ok(p.toString())); ws.ping('are you there'); });
+  ws.send('{"jsonrpc":"2.0","method":"subscribe_ticks","params":[1],"id":6}');
+  const sub = (await next(ws)).result;
+  const ticks = [];
+  for (let i = 0; i < 100; i++) ticks.push((await next(ws)).params.result);
+  out.ticks = ticks;
+  ws.send(JSON.stringify({jsonrpc: '2.0', method: 'unsubscribe_ticks', params: [sub], id: 7}));
+  for (;;) { const m = await next(ws); if (m.id === 7) { out.unsub = m.result; break; } }
+  out.close = await new Promise((ok) => { ws.once('close', (code) => ok(code)); ws.close(1000); });
+  const fifty = await Promise.all([...Array(50).keys()].map(async (i) => {
+    const c = await open();
+    c.send(JSON.stringify({jsonrpc: '2.0', method: 'add', params: [i, 1], id: i}));
+    const a = await next(c);
+    c.close();
+    return a.result;
+  }));
+  out.fifty = fifty;
+  console.log(JSON.stringify(out));
+})().catch((e) => { console.error(e); process.exit(1); });
+"#;
+
+#[test]
+fn node_ws_client() {
+    let modules = std::env::var("RINGRPC_NODE_MODULES").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/ringrpc-node/node_modules",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    });
+    assert!(
+        std::path::Path::new(&modules).join("ws").is_dir(),
+        "this test needs Node's `ws` package in {modules} \
+         (npm install --prefix ~/.cache/ringrpc-node ws@8; .ci/run does it)"
+    );
+    let server = served(ServerConfig::default());
+    let out = std::process::Command::new("node")
+        .args(["-e", NODE_CLIENT, "--"])
+        .arg(format!("ws://{}/", server.http))
+        .env("NODE_PATH", &modules)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "node client failed: {stderr}");
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        got["call"],
+        json!({"jsonrpc": "2.0", "id": 1, "result": 19})
+    );
+    assert_eq!(got["error"]["error"]["code"], -32601);
+    assert_eq!(
+        got["batch"][0],
+        json!({"jsonrpc": "2.0", "id": "1", "result": 7})
+    );
+    assert_eq!(got["batch"][1]["error"]["code"], -32600);
+    assert_eq!(got["big"], true);
+    assert_eq!(got["pong"], "are you there");
+    let ticks: Vec<u64> = (0..100).collect();
+    assert_eq!(got["ticks"], json!(ticks));
+    assert_eq!(got["unsub"], true);
+    assert_eq!(got["close"], 1000);
+    let fifty: Vec<i64> = (1..=50).collect();
+    assert_eq!(got["fifty"], json!(fifty));
     server.stop();
 }
