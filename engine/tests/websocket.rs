@@ -1,8 +1,9 @@
 //! JSON-RPC over WebSocket on the HTTP listener: third-party clients (Python's
 //! `websockets` and Node's `ws`: calls, batches, notifications, errors, a 1 MB message,
 //! 50 connections at once, ping and close, a subscription), and a hand-written client
-//! for what a library would not send: frames split byte by byte, oversized and fragmented messages, protocol
-//! violations, bad handshakes, credentials on the handshake.
+//! for what a library would not send: frames split byte by byte, oversized and
+//! fragmented messages, protocol violations, bad handshakes, credentials on the
+//! handshake.
 //!
 //! The Python test needs `python3` with `websockets` (`pip install websockets`), the Node
 //! test `node` with `ws` (`npm install --prefix ~/.cache/ringrpc-node ws@8`); `.ci/run`
