@@ -183,6 +183,7 @@ impl Ring {
         Some(slot)
     }
 
+    #[inline]
     fn push_back(&mut self, slot: Slot) {
         if self.len == self.buf.len() {
             self.grow();
@@ -196,6 +197,8 @@ impl Ring {
 
     /// Twice the room, the slots moved to the new buffer's start (only while the store
     /// grows).
+    #[cold]
+    #[inline(never)]
     fn grow(&mut self) {
         let size = (self.buf.len() * 2).max(16);
         let mut buf = Vec::with_capacity(size);
@@ -417,19 +420,28 @@ impl Shard {
         if self.index.table.is_empty() {
             return None;
         }
+        self.probe(key).ok()
+    }
+
+    /// `key`'s index place and slot number, or the empty place where its entry goes:
+    /// one probe for a claim's lookup and insertion both (with linear probing and no
+    /// tombstones, the first empty place is where [`Index::put`] would put it). The
+    /// table must not be empty.
+    #[inline]
+    fn probe(&self, key: u64) -> Result<(usize, u64), usize> {
         let tag = tag(key);
         let mask = self.index.mask();
         let mut at = self.index.home(tag);
         loop {
-            let e = self.index.table[at];
+            let e = *self.index.table.get(at).ok_or(at)?;
             if e == 0 {
-                return None;
+                return Err(at);
             }
             if entry_tag(e) == tag {
                 // The number from its low 32 bits: the ring is never 2^32 slots long.
                 let seq = self.head + u64::from((e as u32).wrapping_sub(self.head as u32));
                 if self.get(seq).is_some_and(|s| s.key == key) {
-                    return Some((at, seq));
+                    return Ok((at, seq));
                 }
             }
             at = (at + 1) & mask;
@@ -438,10 +450,16 @@ impl Shard {
 
     /// Room in the index for one more entry: when it would be over three quarters full,
     /// it is rebuilt twice as large from the ring (only while the store grows).
+    #[inline]
     fn reserve(&mut self) {
-        if (self.index.len + 1) * 4 <= self.index.table.len() * 3 {
-            return;
+        if (self.index.len + 1) * 4 > self.index.table.len() * 3 {
+            self.rebuild();
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn rebuild(&mut self) {
         let size = (self.index.table.len() * 2).max(16);
         self.index.table.clear();
         self.index.table.resize(size, 0);
@@ -461,34 +479,44 @@ impl Shard {
         }
     }
 
-    /// Fetches, without waiting, what this shard's next call will touch besides its
-    /// own key's index line: the next slots to evict with the index line of the first,
-    /// and the place of the next slot. By the shard's next call (about a sixteenth of
-    /// the calls later) they have arrived. Measured: `claim_16m` 462-484 ns with,
-    /// 511-555 without, `claim_64k` unchanged (docs/PERFORMANCE.md).
-    fn prefetch_next(&self) {
-        // The oldest slot was fetched by the claim before (as the second): its key is
-        // read without waiting.
+    /// Fetches, without waiting, what this shard's next eviction will touch: the next
+    /// slots to evict with the index line of the first. (The place of the next slot is
+    /// fetched by the claim that fills the one before.) By the shard's next call (about
+    /// a sixteenth of the calls later) they have arrived. Measured: `claim_16m` 462-484
+    /// ns with, 511-555 without, `claim_64k` unchanged (docs/PERFORMANCE.md).
+    fn prefetch_evictions(&self) {
+        // The oldest slot was fetched by the eviction before (as the second): its key
+        // is read without waiting.
         if let Some(s) = self.slots.front() {
             self.prefetch_entry(s.key);
         }
         if let Some(s) = self.slots.get(1) {
             prefetch(s);
         }
-        if let Some(s) = self.slots.buf.get(self.slots.place(self.slots.len())) {
-            prefetch(s);
-        }
     }
 
     /// The running slot of `key` claimed with `fp`: at `seq` (the claim's number) or,
-    /// if it moved since (see [`Shard::trim`]), wherever the index says.
-    fn running(&mut self, seq: u64, key: u64, fp: u64) -> Option<u64> {
+    /// if it moved since (see [`Shard::trim`]), wherever the index says. Its number and
+    /// its place in the ring's buffer (to reach it again without the number's checks).
+    #[inline]
+    fn running(&self, seq: u64, key: u64, fp: u64) -> Option<(u64, usize)> {
         let is = |s: &Slot| s.key == key && s.fp == fp && s.state == State::Running;
         if self.get(seq).is_some_and(is) {
-            return Some(seq);
+            return Some((seq, self.slots.place((seq - self.head) as usize)));
         }
+        self.moved(key, fp)
+    }
+
+    /// [`Shard::running`] for a slot not where its claim put it.
+    #[cold]
+    #[inline(never)]
+    fn moved(&self, key: u64, fp: u64) -> Option<(u64, usize)> {
+        let is = |s: &Slot| s.key == key && s.fp == fp && s.state == State::Running;
         let (_, moved) = self.find(key)?;
-        self.get(moved).is_some_and(is).then_some(moved)
+        let at = self
+            .slots
+            .place(usize::try_from(moved.checked_sub(self.head)?).ok()?);
+        self.get(moved).is_some_and(is).then_some((moved, at))
     }
 
     fn get(&self, seq: u64) -> Option<&Slot> {
@@ -504,7 +532,19 @@ impl Shard {
     /// Drops slots from the front while they have expired, are gone, or the shard is
     /// over `max_bytes`. A running call's slot is never dropped: it goes to the back
     /// (with a new number, which its index entry follows), to be looked at again later.
+    #[inline]
     fn trim(&mut self, now: u64, ttl_ns: u64, max_bytes: usize) {
+        // Most calls have nothing to drop: that is seen here, without a call.
+        let keep = |s: &Slot| s.expires > now && s.state != State::Gone;
+        if self.bytes <= max_bytes && self.slots.front().is_none_or(keep) {
+            return;
+        }
+        self.drop_front(now, ttl_ns, max_bytes);
+    }
+
+    /// [`Shard::trim`]'s work, once there is some.
+    #[inline(never)]
+    fn drop_front(&mut self, now: u64, ttl_ns: u64, max_bytes: usize) {
         // Each slot is looked at once per trim: a shard full of running calls cannot
         // spin here.
         let mut budget = self.slots.len();
@@ -536,18 +576,28 @@ impl Shard {
                     continue;
                 }
                 State::Done(_) => {
-                    // Left where it is (the place is overwritten by a later slot), only
-                    // a buffer taken out.
-                    let answer = std::mem::replace(&mut s.answer, Answer::EMPTY);
+                    // Left where it is (the place is overwritten by a later slot): an
+                    // answer in the slot needs nothing, a buffer is taken out for reuse.
+                    let freed = match &mut s.answer {
+                        Answer::Inline { len, .. } => usize::from(*len),
+                        Answer::Heap(buf) => {
+                            let buf = std::mem::take(buf);
+                            let freed = buf.len();
+                            if self.spare.len() < SPARE && buf.capacity() > 0 {
+                                self.spare.push(buf);
+                            }
+                            freed
+                        }
+                    };
                     let key = s.key;
                     self.slots.skip_front();
                     self.index.remove(key, seq);
-                    self.bytes = self.bytes.saturating_sub(ENTRY_OVERHEAD);
-                    self.recycle(answer);
+                    self.bytes = self.bytes.saturating_sub(ENTRY_OVERHEAD + freed);
                 }
             }
             self.head += 1;
         }
+        self.prefetch_evictions();
     }
 
     /// Takes back an answer: its bytes no longer count, a buffer's memory is reused.
@@ -560,9 +610,9 @@ impl Shard {
         }
     }
 
-    /// Stores `tail` as the answer of running slot `seq`: in the slot if short, else in
-    /// a (reused) buffer.
-    fn store_answer(&mut self, seq: u64, tail: &[u8]) -> Option<&mut Slot> {
+    /// Stores `tail` as the answer of the running slot at place `at` of the ring's
+    /// buffer: in the slot if short, else in a (reused) buffer.
+    fn store_answer(&mut self, at: usize, tail: &[u8]) -> Option<&mut Slot> {
         let buf = if tail.len() > INLINE {
             let mut buf = self.spare.pop().unwrap_or_default();
             buf.clear();
@@ -573,7 +623,7 @@ impl Shard {
             None
         };
         self.bytes += tail.len();
-        let s = self.get_mut(seq)?;
+        let s = self.slots.buf.get_mut(at)?;
         match (buf, &mut s.answer) {
             (Some(buf), answer) => *answer = Answer::Heap(buf),
             // A running slot's answer is the empty inline one: written in place.
@@ -606,9 +656,10 @@ fn coarse_now_ns() -> u64 {
     // SAFETY: `ts` is a valid, writable timespec for the call's duration; the clock id
     // is a constant Linux has had since 2.6.32. On failure `ts` stays zero.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
-    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
-    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
+    // Time since boot: never negative, and 2^64 ns is 584 years, so plain arithmetic.
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
 }
 
 /// The bits of a key or fingerprint the memory store uses: the 64 its digests fill.
@@ -732,8 +783,8 @@ impl Store for MemoryStore {
         shard.trim(now, self.ttl_ns, self.max_bytes);
         shard.reserve();
         let seq = shard.next_seq();
-        match shard.find(k) {
-            Some((at, old)) => {
+        match shard.probe(k) {
+            Ok((at, old)) => {
                 if let Some(slot) = shard.get_mut(old) {
                     if slot.state == State::Running || slot.expires > now {
                         return match (slot.state, slot.fp == fp) {
@@ -754,7 +805,12 @@ impl Store for MemoryStore {
                 }
                 shard.index.table[at] = entry(tag(k), seq);
             }
-            None => shard.index.put(entry(tag(k), seq)),
+            Err(at) => {
+                if let Some(e) = shard.index.table.get_mut(at) {
+                    *e = entry(tag(k), seq);
+                    shard.index.len += 1;
+                }
+            }
         }
         shard.slots.push_back(Slot {
             key: k,
@@ -764,7 +820,9 @@ impl Store for MemoryStore {
             answer: Answer::EMPTY,
         });
         shard.bytes += ENTRY_OVERHEAD;
-        shard.prefetch_next();
+        if let Some(s) = shard.slots.buf.get(shard.slots.place(shard.slots.len())) {
+            prefetch(s);
+        }
         Claim::Run(seq)
     }
 
@@ -772,10 +830,10 @@ impl Store for MemoryStore {
         let k = key_bits(key);
         let mut guard = self.shard(k);
         let shard = &mut *guard;
-        let Some(seq) = shard.running(slot, k, key_bits(fp)) else {
+        let Some((_, at)) = shard.running(slot, k, key_bits(fp)) else {
             return;
         };
-        let Some(s) = shard.store_answer(seq, tail) else {
+        let Some(s) = shard.store_answer(at, tail) else {
             return;
         };
         s.state = State::Done(code);
@@ -784,8 +842,7 @@ impl Store for MemoryStore {
         // older by the call's duration, which only makes this trim drop less.
         let claimed = s.expires.saturating_sub(self.ttl_ns);
         if shard.bytes > self.max_bytes {
-            shard.trim(claimed, self.ttl_ns, self.max_bytes);
-            shard.prefetch_next();
+            shard.drop_front(claimed, self.ttl_ns, self.max_bytes);
         }
     }
 
@@ -793,7 +850,7 @@ impl Store for MemoryStore {
         let k = key_bits(key);
         let mut guard = self.shard(k);
         let shard = &mut *guard;
-        let Some(seq) = shard.running(slot, k, key_bits(fp)) else {
+        let Some((seq, _)) = shard.running(slot, k, key_bits(fp)) else {
             return;
         };
         shard.index.remove(k, seq);
