@@ -12,15 +12,16 @@
 # Loads (LOADS, default "16x1 16x16 16x1b16"): connections x messages in flight, `b16`
 # meaning batches of 16. Prints each run (rps, p50, the server's CPU per call from
 # /proc in µs) and then, per load, the medians and ringrpc / jsonrpsee ratios.
-# Server push (PUSH, default "100 1000"): that many connections each subscribed to
-# `subscribe_ticks [1]` (a tick a millisecond each: 100k and 1M notifications/s
-# offered), loadgen --ticks counting what is delivered; CPU per notification.
+# Server push (PUSH, default "100x1 1000x1 100x0.01"): N connections each subscribed to
+# `subscribe_ticks [MS]` (100x1: 100k notifications/s offered, 1000x1: 1M/s, 100x0.01:
+# 10M/s, i.e. as many as the server can deliver to 100 subscribers), loadgen --ticks
+# counting what is delivered; CPU per notification.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-5}
 rounds=${2:-3}
 LOADS=${LOADS:-16x1 16x16 16x1b16}
-PUSH=${PUSH:-100 1000}
+PUSH=${PUSH:-100x1 1000x1 100x0.01}
 bin=${CARGO_TARGET_DIR:-target}/release
 for b in "$bin/examples/server" "$bin/loadgen" "$bin/jsonrpsee_server"; do
   [ -x "$b" ] || { echo "ws_compare: missing $b (see the top of this script)" >&2; exit 2; }
@@ -59,14 +60,15 @@ for round in $(seq "$rounds"); do
       echo "$round $load $who $((after - before)) $out" | tee -a "$tmp/runs"
     done
   done
-  for n in $PUSH; do
+  for push in $PUSH; do
+    n=${push%%x*}; ms=${push#*x}
     for who in ringrpc jsonrpsee; do
       if [ "$who" = ringrpc ]; then a=$raddr; p=$rpid; else a=$jaddr; p=$jpid; fi
       before=$(ticks "$p")
-      out=$(taskset -c 0 "$bin/loadgen" --ws "ws://$a/" --connections "$n" --ticks 1 \
+      out=$(taskset -c 0 "$bin/loadgen" --ws "ws://$a/" --connections "$n" --ticks "$ms" \
         --warmup 1 --duration "$secs" 2>/dev/null || echo '{"failed":true}')
       after=$(ticks "$p")
-      echo "$round push$n $who $((after - before)) $out" | tee -a "$tmp/runs"
+      echo "$round push$push $who $((after - before)) $out" | tee -a "$tmp/runs"
     done
   done
 done

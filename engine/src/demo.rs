@@ -15,7 +15,7 @@
 //! | `incr` | `[n]` (default 1) | adds `n` to the engine's counter, answers the new value; marked for de-duplication ([`crate::dedup`]), so a retried call does not add twice |
 //! | `get_counter` | none | the counter's value |
 //! | `update`, `notify_hello`, `notify_sum` | anything | notifications: no answer |
-//! | `subscribe_ticks` | `[interval_ms]` (1 ≤ interval_ms ≤ 60000) | a subscription id; then notifications `tick` with `{"subscription": ID, "result": N}`, N = 0, 1, 2, … every interval (WebSocket, TCP, Unix) |
+//! | `subscribe_ticks` | `[interval_ms]` (0.001 ≤ interval_ms ≤ 60000; fractions for measuring push) | a subscription id; then notifications `tick` with `{"subscription": ID, "result": N}`, N = 0, 1, 2, … every interval (WebSocket, TCP, Unix) |
 //! | `unsubscribe_ticks` | `[ID]` | `true` (`false` for an id that is not the connection's); no `tick` of it follows |
 //!
 //! Integers are `i64`; overflow is answered with `-32602`. `foobar` does not exist.
@@ -79,13 +79,13 @@ pub fn builder() -> RegistryBuilder {
             "tick",
             "unsubscribe_ticks",
             |_ctx: &Context<'_>, p: Params<'_>, sink: Sink| {
-                let [ms]: [u64; 1] = p.parse()?;
-                if !(1..=MAX_SLEEP_MS).contains(&ms) {
+                let [ms]: [f64; 1] = p.parse()?;
+                if !(0.001..=MAX_SLEEP_MS as f64).contains(&ms) {
                     return Err(RpcError::invalid_params(format_args!(
-                        "`interval_ms` must be 1 to {MAX_SLEEP_MS}"
+                        "`interval_ms` must be 0.001 to {MAX_SLEEP_MS}"
                     )));
                 }
-                let every = Duration::from_millis(ms);
+                let every = Duration::from_secs_f64(ms / 1000.0);
                 timer().at(Instant::now() + every, Job::Tick { sink, every, n: 0 });
                 Ok(())
             },

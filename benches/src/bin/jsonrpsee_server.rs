@@ -112,17 +112,17 @@ fn module() -> Result<RpcModule<()>, jsonrpsee::core::RegisterMethodError> {
         "tick",
         "unsubscribe_ticks",
         |p: Params<'static>, pending, _, _| async move {
-            let [ms] = match p.parse::<[u64; 1]>() {
-                Ok(ms) if (1..=MAX_SLEEP_MS).contains(&ms[0]) => ms,
+            let [ms] = match p.parse::<[f64; 1]>() {
+                Ok(ms) if (0.001..=MAX_SLEEP_MS as f64).contains(&ms[0]) => ms,
                 _ => {
                     pending
-                        .reject(invalid_params("`interval_ms` must be 1 to 60000"))
+                        .reject(invalid_params("`interval_ms` must be 0.001 to 60000"))
                         .await;
                     return Ok(());
                 }
             };
             let sink = pending.accept().await?;
-            let mut every = tokio::time::interval(Duration::from_millis(ms));
+            let mut every = tokio::time::interval(Duration::from_secs_f64(ms / 1000.0));
             every.tick().await;
             for n in 0u64.. {
                 every.tick().await;

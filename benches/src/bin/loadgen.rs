@@ -111,7 +111,7 @@ struct Args {
     /// once and then only reads, counting the `tick` notifications delivered (and any
     /// `lagged` counts of dropped ones); the summary gives notifications per second.
     #[arg(long, value_name = "MS")]
-    ticks: Option<u64>,
+    ticks: Option<f64>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1571,7 +1571,7 @@ fn worker(
 struct Subscribed<'a> {
     transport: &'static str,
     connections: usize,
-    interval_ms: u64,
+    interval_ms: f64,
     duration_s: f64,
     /// Connections whose subscribe call was answered with a result.
     subscribed: usize,
@@ -1587,7 +1587,7 @@ struct Subscribed<'a> {
 
 /// Subscriber mode: connects, subscribes each connection to `subscribe_ticks [ms]`, and
 /// counts what arrives (one thread, one poll).
-fn subscribers(args: &Args, plan: &Plan, ms: u64) -> ExitCode {
+fn subscribers(args: &Args, plan: &Plan, ms: f64) -> ExitCode {
     let run = || -> io::Result<Subscribed<'_>> {
         let mut poll = Poll::new()?;
         let mut conns = Vec::new();
