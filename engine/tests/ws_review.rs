@@ -221,3 +221,111 @@ fn an_idle_websocket_gets_a_close_frame() {
     );
     server.stop();
 }
+
+/// With no CORS origins configured (the default), any web page may open a WebSocket
+/// to the server and read every answer (cross-site WebSocket hijacking): a browser
+/// sends `Origin` on every handshake, and unlike a cross-origin `fetch`, the same-origin
+/// policy does not keep the answers from the page. Plain HTTP is safe by default (no
+/// CORS header: the page cannot read answers; a JSON body needs a preflight). A
+/// handshake whose `Origin` is not the server's own (`Host`) should be refused unless
+/// that origin is configured.
+#[test]
+fn a_foreign_pages_handshake_is_refused_by_default() {
+    let server = Served::start(demo::engine(Config::default()), ServerConfig::default());
+    let mut s = connect(server.http);
+    let mut rest = Vec::new();
+    let (status, head, _) = http_exchange(
+        &mut s,
+        &mut rest,
+        &handshake("Origin: https://evil.example\r\n"),
+    );
+    assert_eq!(
+        status, 403,
+        "a page of any origin may open a WebSocket and read answers: {head}"
+    );
+    server.stop();
+}
+
+/// A value whose serialization waits until told to go on (a slow `Serialize`, say a
+/// large value): `Sink::send` serializes it while holding its subscription's lock.
+struct Slow {
+    entered: std::sync::mpsc::SyncSender<()>,
+    go: Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>,
+}
+
+impl serde::Serialize for Slow {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let _ = self.entered.send(());
+        let _ = self
+            .go
+            .lock()
+            .unwrap()
+            .recv_timeout(Duration::from_secs(20));
+        s.serialize_u64(1)
+    }
+}
+
+/// `Sink::send` runs the value's `Serialize` under the subscription's mutex, which the
+/// reactor also takes (here: `PushTo::open` checks every subscription of the connection
+/// with `finished()`; also `deliver` and the idle sweep). A producer serializing a
+/// large or slow value therefore stalls the reactor thread and with it every
+/// connection it serves.
+#[test]
+fn a_producer_serializing_does_not_stall_the_reactor() {
+    let (entered_tx, entered_rx) = std::sync::mpsc::sync_channel(1);
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = Arc::new(std::sync::Mutex::new(go_rx));
+    let mut methods = demo::builder();
+    methods
+        .subscription(
+            "slow",
+            "data",
+            "unslow",
+            move |_ctx: &Context<'_>, _p: Params<'_>, sink: Sink| {
+                let value = Slow {
+                    entered: entered_tx.clone(),
+                    go: Arc::clone(&go_rx),
+                };
+                std::thread::spawn(move || {
+                    let _ = sink.send(&value);
+                });
+                Ok(())
+            },
+        )
+        .unwrap();
+    let engine = Engine::new(methods.freeze(), Config::default());
+    let settings = ServerConfig::default().reactors(1);
+    let server = Served::start(engine, settings);
+    let s = connect(server.tcp);
+    let mut r = BufReader::new(s);
+    r.get_mut()
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"slow\",\"id\":1}\n")
+        .unwrap();
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    // The producer is now inside `Serialize`, holding the subscription's lock.
+    entered_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    // Any other subscribe on that connection makes the reactor lock it.
+    r.get_mut()
+        .write_all(
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"subscribe_ticks\",\"params\":[1000],\"id\":2}\n",
+        )
+        .unwrap();
+    // Another client on the same (only) reactor.
+    let mut other = connect(server.tcp);
+    other
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    other
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":1}\n")
+        .unwrap();
+    let mut b = [0u8; 256];
+    let got = other.read(&mut b);
+    // Let the producer finish whatever happened, so the server can stop.
+    let _ = go_tx.send(());
+    assert!(
+        matches!(got, Ok(n) if n > 0),
+        "the reactor is stuck behind a producer's serialization: {got:?}"
+    );
+    server.stop();
+}
