@@ -329,3 +329,26 @@ fn a_producer_serializing_does_not_stall_the_reactor() {
     );
     server.stop();
 }
+
+/// Not a check: a probe for `strace -f -c -e trace=sendto` (see the review report). One
+/// batch of 100 subscribe calls, each handler sending one notification before it
+/// returns: the reactor takes all 100 subscriptions in one round of `pushes()`.
+#[test]
+#[ignore = "a probe to run under strace, not a check"]
+fn probe_one_write_per_subscription() {
+    let server = Served::start(burst_engine(), ServerConfig::default());
+    let s = connect(server.tcp);
+    let mut r = BufReader::new(s);
+    let batch: Vec<Value> = (0..100)
+        .map(|i| json!({"jsonrpc": "2.0", "method": "burst", "params": [1], "id": i}))
+        .collect();
+    let mut line = serde_json::to_vec(&batch).unwrap();
+    line.push(b'\n');
+    r.get_mut().write_all(&line).unwrap();
+    let mut got = String::new();
+    for _ in 0..101 {
+        got.clear();
+        r.read_line(&mut got).unwrap();
+    }
+    server.stop();
+}
