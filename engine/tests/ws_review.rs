@@ -352,3 +352,38 @@ fn probe_one_write_per_subscription() {
     }
     server.stop();
 }
+
+/// A subscribe call sent as a notification (no id) opens a subscription whose id the
+/// client never learns: it cannot unsubscribe, and its notifications flow until the
+/// connection closes. It should open nothing (or be refused).
+#[test]
+fn a_subscribe_notification_opens_no_subscription() {
+    let server = Served::start(demo::engine(Config::default()), ServerConfig::default());
+    let s = connect(server.tcp);
+    let mut r = BufReader::new(s);
+    r.get_mut()
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"subscribe_ticks\",\"params\":[1]}\n")
+        .unwrap();
+    // Ticks every millisecond would have come by now, if it opened one.
+    std::thread::sleep(Duration::from_millis(100));
+    r.get_mut()
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":1}\n")
+        .unwrap();
+    let mut stray = Vec::new();
+    loop {
+        let mut line = String::new();
+        assert!(r.read_line(&mut line).unwrap() > 0, "closed");
+        let v: Value = serde_json::from_str(&line).unwrap();
+        if v["id"] == 1 {
+            break;
+        }
+        stray.push(v);
+    }
+    assert!(
+        stray.is_empty(),
+        "{} notifications of a subscription the client cannot name: {:?}",
+        stray.len(),
+        stray.first()
+    );
+    server.stop();
+}
