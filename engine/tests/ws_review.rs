@@ -404,7 +404,7 @@ fn a_revoked_key_stops_its_subscriptions() {
     let server = Served::start(Arc::clone(&engine) as Arc<Engine>, ServerConfig::default());
     let s = connect(server.tcp);
     let mut r = BufReader::new(s);
-    let mut send = |r: &mut BufReader<TcpStream>, v: Value| {
+    let send = |r: &mut BufReader<TcpStream>, v: Value| {
         let mut line = serde_json::to_vec(&v).unwrap();
         line.push(b'\n');
         r.get_mut().write_all(&line).unwrap();
