@@ -912,7 +912,10 @@ fn upgrade(ctx: &mut Ctx, conn: &mut Conn, key: &[u8; 24], head: &[u8], reply: R
     let mark = conn.out.len();
     if let Some(guard) = ctx.engine.guard() {
         let headers = Headers::new(head);
-        if headers.get("authorization").is_some() {
+        if headers.get("authorization").is_none() {
+            // No credentials of its own: nothing of an earlier request's carries over.
+            let _ = guard.authenticate_http(&conn.session, &headers);
+        } else {
             if let Err(denied) = guard.authenticate_http(&conn.session, &headers) {
                 if let Some(m) = ctx.pending.metrics() {
                     m.event(crate::metrics::Event::AuthFailure);

@@ -567,6 +567,20 @@ mod tests {
         );
     }
 
+    /// 1012 (Service Restart), 1013 (Try Again Later) and 1014 (Bad Gateway) are
+    /// registered close codes (IANA WebSocket Close Code Number Registry) that proxies
+    /// and servers send; a peer closing with one gets a 1002 protocol error back.
+    #[test]
+    fn registered_close_codes_1012_to_1014_are_accepted() {
+        for code in [1012u16, 1013, 1014] {
+            let got = all(
+                &mut WsDecoder::new(1000),
+                &frame(true, CLOSE, &code.to_be_bytes(), [1; 4]),
+            );
+            assert_eq!(got, vec![WsEvent::Close(Some(code))], "{code}");
+        }
+    }
+
     #[test]
     fn answers_are_framed_in_place() {
         for len in [0, 1, 125, 126, 65_535, 65_536, 70_000] {
