@@ -353,13 +353,27 @@ impl RegistryBuilder {
                     ),
                 ));
             };
+            if ctx.id().is_none() {
+                // Sent as a notification: its id could never be known, so it could never
+                // be unsubscribed. (Nothing is answered either way.)
+                return Err(RpcError::invalid_params(
+                    "a subscription needs an id: sent as a notification, none is opened",
+                ));
+            }
             let sink = push.open(&notification, config);
             let id = sink.id();
-            match f(ctx, params, sink) {
-                Ok(()) => out.write(&id),
-                Err(e) => {
+            // A panicking handler opens nothing (the engine answers -32603).
+            let ran =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(ctx, params, sink)));
+            match ran {
+                Ok(Ok(())) => out.write(&id),
+                Ok(Err(e)) => {
                     push.close(id, SinkClosed::Unsubscribed);
                     Err(e)
+                }
+                Err(panic) => {
+                    push.close(id, SinkClosed::Unsubscribed);
+                    std::panic::resume_unwind(panic)
                 }
             }
         };

@@ -33,8 +33,10 @@ use crate::serializer::json::write_str;
 /// Numbers subscriptions, process-wide (so an id names one subscription on a server).
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-/// Notification buffers a subscription keeps for reuse at most.
-const SPARES: usize = 64;
+/// Notification buffers a subscription keeps for reuse at most, and the largest kept
+/// (a burst of large notifications leaves little behind).
+const SPARES: usize = 16;
+const SPARE_MAX: usize = 4096;
 
 /// What a subscription does when its peer reads too slowly and its queue is full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,6 +87,10 @@ pub enum SinkClosed {
     /// The server ended it ([`Sink::close`]).
     #[error("the subscription was ended by the server")]
     Closed,
+    /// The identity that opened it is no longer authenticated (its key was revoked);
+    /// found at the connection's next call.
+    #[error("the subscription's identity lost its credentials")]
+    Revoked,
 }
 
 /// Where one subscription's notifications go: a handle for the producer, `Send` and
@@ -176,6 +182,19 @@ impl SubState {
     }
 
     fn push(self: &Arc<Self>, result: impl FnOnce(&mut Vec<u8>)) -> Result<(), SinkClosed> {
+        // The notification is written outside the lock (the reactor takes it too: a
+        // slow serializer must not hold the reactor up), into a spare buffer.
+        let mut out = {
+            let mut st = self.lock();
+            if let Some(why) = st.closed {
+                return Err(why);
+            }
+            st.spare.pop().unwrap_or_default()
+        };
+        out.extend_from_slice(&self.prefix);
+        out.extend_from_slice(br#""result":"#);
+        result(&mut out);
+        out.extend_from_slice(b"}}");
         let mut st = self.lock();
         if let Some(why) = st.closed {
             return Err(why);
@@ -196,11 +215,6 @@ impl SubState {
                 }
             }
         }
-        let mut out = st.spare.pop().unwrap_or_default();
-        out.extend_from_slice(&self.prefix);
-        out.extend_from_slice(br#""result":"#);
-        result(&mut out);
-        out.extend_from_slice(b"}}");
         st.items.push_back(out);
         self.schedule(&mut st);
         Ok(())
@@ -220,7 +234,10 @@ impl SubState {
     pub(crate) fn end(&self, why: SinkClosed) {
         let mut st = self.lock();
         st.closed.get_or_insert(why);
-        if matches!(why, SinkClosed::Unsubscribed | SinkClosed::ConnectionClosed) {
+        if matches!(
+            why,
+            SinkClosed::Unsubscribed | SinkClosed::ConnectionClosed | SinkClosed::Revoked
+        ) {
             st.items.clear();
             st.dropped = 0;
             st.close_note = false;
@@ -273,7 +290,7 @@ impl SubState {
 }
 
 fn keep_spare(st: &mut Inner, mut buf: Vec<u8>) {
-    if st.spare.len() < SPARES && buf.capacity() <= 64 * 1024 {
+    if st.spare.len() < SPARES && buf.capacity() <= SPARE_MAX {
         buf.clear();
         st.spare.push(buf);
     }
@@ -358,6 +375,13 @@ impl PushTo<'_> {
         subs.retain(|s| !s.finished());
         subs.push(Arc::clone(&sub));
         Sink { sub }
+    }
+
+    /// Ends every subscription of this connection.
+    pub(crate) fn close_all(&self, why: SinkClosed) {
+        for sub in self.subs.borrow_mut().drain(..) {
+            sub.end(why);
+        }
     }
 
     /// Ends subscription `id` of this connection; whether it was one.

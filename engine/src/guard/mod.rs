@@ -382,10 +382,18 @@ impl Guard {
                 }
                 Ok(())
             }
-            None if self.required => Err(Denied::Unauthenticated(match source.conn.transport() {
-                Transport::Http => "missing `Authorization: Bearer TOKEN` header",
-                _ => "call rpc.auth with a token first",
-            })),
+            None if self.required => {
+                drop(st);
+                // An identity gone (its key revoked by a reload) takes its
+                // subscriptions with it.
+                if let Some(push) = source.push {
+                    push.close_all(crate::dispatch::subscription::SinkClosed::Revoked);
+                }
+                Err(Denied::Unauthenticated(match source.conn.transport() {
+                    Transport::Http => "missing `Authorization: Bearer TOKEN` header",
+                    _ => "call rpc.auth with a token first",
+                }))
+            }
             None => {
                 drop(st);
                 self.charge_peer(source)

@@ -346,6 +346,24 @@ fn serve(parts: Parts) -> io::Result<()> {
                     .map(|(k, _)| k)
                     .collect();
                 for k in stale {
+                    let Some(c) = conns.get_mut(k) else { continue };
+                    if matches!(c.decoder, Decoder::Ws(_)) {
+                        // A WebSocket is told why (1001), then winds down as any
+                        // connection the server closes (lingering: not told twice).
+                        if c.read_closed {
+                            continue;
+                        }
+                        c.read_closed = true;
+                        websocket::write_close(
+                            &mut c.out,
+                            Some(websocket::GOING_AWAY),
+                            "idle for too long",
+                        );
+                        c.flush();
+                        if !c.finished() {
+                            continue;
+                        }
+                    }
                     close(&ctx, &poll, &mut conns, k);
                 }
             }
@@ -498,6 +516,7 @@ fn pushes(ctx: &mut Ctx, conns: &mut Slab<Conn>, poll: &mio::Poll) {
     let mut ready = std::mem::take(&mut ctx.ready);
     ctx.push.take(&mut ready);
     let high_water = ctx.settings.write_high_water;
+    ctx.touched.clear();
     for sub in ready.drain(..) {
         let (key, generation) = sub.conn;
         let Some(conn) = conns.get_mut(key).filter(|c| c.generation == generation) else {
@@ -505,12 +524,39 @@ fn pushes(ctx: &mut Ctx, conns: &mut Slab<Conn>, poll: &mio::Poll) {
             continue;
         };
         deliver(conn, &sub, high_water);
+        ctx.touched.push(key);
+    }
+    ctx.ready = ready;
+    // Each connection written once, whatever number of its subscriptions had some.
+    ctx.touched.sort_unstable();
+    ctx.touched.dedup();
+    let mut touched = std::mem::take(&mut ctx.touched);
+    for key in touched.drain(..) {
+        let Some(conn) = conns.get_mut(key) else {
+            continue;
+        };
         conn.flush();
+        pump(conn, high_water);
         if conn.finished() {
             close(ctx, poll, conns, key);
         }
     }
-    ctx.ready = ready;
+    ctx.touched = touched;
+}
+
+/// Delivers notifications held back by a full output once it drained, for as long as
+/// the socket takes all of it: a socket that takes everything gives no writable edge
+/// to come back on (when it does not, that edge comes and `drive` calls this again).
+fn pump(conn: &mut Conn, high_water: usize) {
+    while !conn.push_waiting.is_empty() && conn.may_answer(high_water) {
+        for sub in std::mem::take(&mut conn.push_waiting) {
+            deliver(conn, &sub, high_water);
+        }
+        conn.flush();
+        if !conn.out.is_empty() {
+            break;
+        }
+    }
 }
 
 /// Writes what `sub` has queued into `conn`'s output, framed for its transport, behind
@@ -729,13 +775,7 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
     }
     conn.track_partial(conn.last_active);
     conn.flush();
-    if !conn.push_waiting.is_empty() && conn.may_answer(high_water) {
-        // Notifications held back by a full output, now that it drained.
-        for sub in std::mem::take(&mut conn.push_waiting) {
-            deliver(conn, &sub, high_water);
-        }
-        conn.flush();
-    }
+    pump(conn, high_water);
     if let Some(m) = ctx.pending.metrics() {
         m.sent(conn.info.transport(), conn.take_sent());
     }

@@ -371,7 +371,8 @@ impl WsDecoder {
             [a, b, reason @ ..] => {
                 let code = u16::from_be_bytes([*a, *b]);
                 // RFC 6455 §7.4: codes a peer may send.
-                let valid = matches!(code, 1000..=1003 | 1007..=1011 | 3000..=4999);
+                // (1012–1014 are registered with IANA since RFC 6455.)
+                let valid = matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999);
                 if !valid {
                     WsEvent::Fail(PROTOCOL_ERROR, "a Close frame with an invalid code")
                 } else if std::str::from_utf8(reason).is_err() {

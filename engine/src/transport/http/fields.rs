@@ -98,6 +98,8 @@ impl Origin {
 pub(super) struct Fields<'h> {
     /// `Host` fields seen.
     pub(super) hosts: u8,
+    /// The first `Host`.
+    pub(super) host: Option<&'h [u8]>,
     /// The `Content-Length`, if any (every value seen was this one).
     pub(super) length: Option<u64>,
     /// A `Transfer-Encoding` was seen.
@@ -140,7 +142,10 @@ impl<'h> Fields<'h> {
     pub(super) fn add(&mut self, name: &[u8], value: &'h [u8]) -> Result<(), HttpError> {
         let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
         match name.len() {
-            4 if is(b"host") => self.hosts = self.hosts.saturating_add(1),
+            4 if is(b"host") => {
+                self.hosts = self.hosts.saturating_add(1);
+                self.host.get_or_insert(value);
+            }
             6 if is(b"expect") => self.expect |= value.eq_ignore_ascii_case(b"100-continue"),
             6 if is(b"origin") => {
                 self.origin.get_or_insert(value);

@@ -343,6 +343,15 @@ pub(crate) enum HttpEvent {
     },
 }
 
+/// Whether `origin` (`scheme://host[:port]`) names `host` (a `Host` field's value).
+fn same_site(origin: &[u8], host: &[u8]) -> bool {
+    let Some(at) = origin.windows(3).position(|w| w == b"://") else {
+        return false;
+    };
+    let authority = &origin[at + 3..];
+    !host.is_empty() && authority.eq_ignore_ascii_case(host)
+}
+
 /// A WebSocket handshake's key, if the handshake is valid (RFC 6455 §4.2.1): HTTP/1.1,
 /// `Connection: upgrade`, no body, a key of 16 base64-encoded bytes, version 13.
 fn websocket_key(f: &Fields<'_>, http11: bool, body: Framing) -> Result<[u8; 24], HttpError> {
@@ -798,9 +807,17 @@ impl HttpDecoder {
             return Ok(refuse(HttpError::Origin));
         }
         if is_rpc && method == "GET" && f.websocket {
-            // A page's scripts may open a WebSocket to any site: with CORS origins
-            // configured, a page of another origin may not (cross-site hijacking).
-            if origin == Origin::Refused {
+            // A page's scripts may open a WebSocket to any site, and read what comes
+            // back (no CORS for WebSocket): a page of another origin may not
+            // (cross-site hijacking). With CORS origins configured, those are the
+            // pages allowed; without, only the server's own (the `Origin` names the
+            // `Host`). Clients that are not browsers send no `Origin`.
+            let foreign = match (cors, f.origin) {
+                (Some(_), _) => origin == Origin::Refused,
+                (None, Some(o)) => !same_site(o, f.host.unwrap_or_default()),
+                (None, None) => false,
+            };
+            if foreign {
                 return Ok(refuse(HttpError::Origin));
             }
             return Ok(match websocket_key(&f, http11, body) {
