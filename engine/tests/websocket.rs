@@ -382,15 +382,24 @@ const NODE_CLIENT: &str = r#"
 const WebSocket = require('ws');
 const url = process.argv[process.argv.length - 1];
 const out = {};
+// Every message is queued as it comes (several can arrive in one read: a `once`
+// listener set after each would miss the ones between).
 function open() {
   return new Promise((ok, fail) => {
     const ws = new WebSocket(url, { maxPayload: 0 });
+    ws.inbox = [];
+    ws.waiting = null;
+    ws.on('message', (m) => {
+      const v = JSON.parse(m.toString());
+      if (ws.waiting) { const w = ws.waiting; ws.waiting = null; w(v); } else { ws.inbox.push(v); }
+    });
     ws.on('open', () => ok(ws));
     ws.on('error', fail);
   });
 }
 function next(ws) {
-  return new Promise((ok) => ws.once('message', (m) => ok(JSON.parse(m.toString()))));
+  if (ws.inbox.length > 0) return Promise.resolve(ws.inbox.shift());
+  return new Promise((ok) => { ws.waiting = ok; });
 }
 (async () => {
   const ws = await open();
