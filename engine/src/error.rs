@@ -215,6 +215,8 @@ pub enum Reason {
     /// `-32601`: a subscription method called over a transport that cannot push
     /// notifications (HTTP, the no-I/O API).
     PushUnsupported,
+    /// `-32005`: the connection holds as many subscriptions of that method as it may.
+    SubscriptionLimit,
 }
 
 impl Reason {
@@ -239,6 +241,7 @@ impl Reason {
         Self::UpstreamUnavailable,
         Self::UpstreamTimeout,
         Self::PushUnsupported,
+        Self::SubscriptionLimit,
     ];
 
     /// The snake_case string sent as `data.reason`.
@@ -263,6 +266,7 @@ impl Reason {
             Self::UpstreamUnavailable => "upstream_unavailable",
             Self::UpstreamTimeout => "upstream_timeout",
             Self::PushUnsupported => "push_unsupported",
+            Self::SubscriptionLimit => "subscription_limit",
         }
     }
 
@@ -286,7 +290,7 @@ impl Reason {
             }
             Self::DeadlineExceeded | Self::UpstreamTimeout => ErrorCode::RequestTimeout,
             Self::ResponseTooLarge => ErrorCode::ResponseTooLarge,
-            Self::RateLimited => ErrorCode::LimitExceeded,
+            Self::RateLimited | Self::SubscriptionLimit => ErrorCode::LimitExceeded,
             Self::Unauthenticated => ErrorCode::Unauthenticated,
             Self::PermissionDenied => ErrorCode::PermissionDenied,
             Self::InProgress => ErrorCode::InProgress,
@@ -321,6 +325,7 @@ impl Reason {
             Self::UpstreamUnavailable => r#"{"reason":"upstream_unavailable"}"#,
             Self::UpstreamTimeout => r#"{"reason":"upstream_timeout"}"#,
             Self::PushUnsupported => r#"{"reason":"push_unsupported"}"#,
+            Self::SubscriptionLimit => r#"{"reason":"subscription_limit"}"#,
         }
     }
 }
@@ -555,8 +560,9 @@ mod tests {
             Reason::UpstreamUnavailable => 16,
             Reason::UpstreamTimeout => 17,
             Reason::PushUnsupported => 18,
+            Reason::SubscriptionLimit => 19,
         };
-        assert_eq!(Reason::ALL.len(), 19);
+        assert_eq!(Reason::ALL.len(), 20);
         let mut names = std::collections::HashSet::new();
         for (i, &r) in Reason::ALL.iter().enumerate() {
             assert_eq!(position(r), i, "{r:?}");

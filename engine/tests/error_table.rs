@@ -441,6 +441,23 @@ fn trigger(reason: Reason) -> Vec<(&'static str, Value)> {
             let http = util::http::post(s.http, &[], &call).body;
             vec![("http", http)]
         }
+        Reason::SubscriptionLimit => {
+            // A second subscription where one per connection is allowed.
+            let mut methods = ringrpc::Registry::builder();
+            let config = ringrpc::SubscriptionConfig {
+                max_per_connection: 1,
+                ..Default::default()
+            };
+            methods
+                .subscription_with("watch", "seen", "unwatch", config, |_, _, _| Ok(()))
+                .unwrap();
+            let engine = ringrpc::Engine::new(methods.freeze(), Config::default());
+            let s = util::server::Served::start(engine, ServerConfig::default());
+            let mut l = Line::tcp(s.tcp);
+            let first = l.call(&req("watch", json!([]), 1));
+            assert!(first["result"].is_u64(), "{first}");
+            vec![("tcp, the second", l.call(&req("watch", json!([]), 2)))]
+        }
         other => panic!("no trigger for reason `{other}`: add one to this test"),
     }
 }

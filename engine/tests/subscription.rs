@@ -208,6 +208,7 @@ fn flood(count: u64, sent: Arc<AtomicU64>, ended: mpsc::Sender<Option<SinkClosed
     let config = |lagging| SubscriptionConfig {
         capacity: 64,
         lagging,
+        ..SubscriptionConfig::default()
     };
     for (name, lagging) in [
         ("flood", Lagging::DropOldest),

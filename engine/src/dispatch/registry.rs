@@ -360,7 +360,17 @@ impl RegistryBuilder {
                     "a subscription needs an id: sent as a notification, none is opened",
                 ));
             }
-            let sink = push.open(&notification, config);
+            let Some(sink) = push.open(&notification, config) else {
+                return Err(RpcError::new(
+                    Reason::SubscriptionLimit,
+                    format!(
+                        "Limit exceeded: this connection holds {} subscriptions to {} already \
+                         (unsubscribe some first)",
+                        config.max_per_connection,
+                        ctx.method()
+                    ),
+                ));
+            };
             let id = sink.id();
             // A panicking handler opens nothing (the engine answers -32603).
             let ran =

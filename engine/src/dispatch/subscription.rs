@@ -60,6 +60,9 @@ pub struct SubscriptionConfig {
     pub capacity: usize,
     /// When the queue is full (default [`Lagging::DropOldest`]).
     pub lagging: Lagging,
+    /// Subscriptions of this method one connection may hold at once (default 1024):
+    /// one more is answered `-32005` with reason `subscription_limit`.
+    pub max_per_connection: usize,
 }
 
 impl Default for SubscriptionConfig {
@@ -67,6 +70,7 @@ impl Default for SubscriptionConfig {
         Self {
             capacity: 1024,
             lagging: Lagging::DropOldest,
+            max_per_connection: 1024,
         }
     }
 }
@@ -155,6 +159,8 @@ pub(crate) struct SubState {
     /// `{"jsonrpc":"2.0","method":M,"params":{"subscription":ID,` — every notification's
     /// beginning, written once.
     prefix: Box<[u8]>,
+    /// Its notification method (subscriptions are counted per method).
+    method: Box<str>,
     queue: Arc<PushQueue>,
     config: SubscriptionConfig,
     state: Mutex<Inner>,
@@ -350,8 +356,18 @@ pub(crate) struct PushTo<'a> {
 }
 
 impl PushTo<'_> {
-    /// Opens a subscription whose notifications are calls to `method`.
-    pub(crate) fn open(&self, method: &str, config: SubscriptionConfig) -> Sink {
+    /// Opens a subscription whose notifications are calls to `method`; `None` if the
+    /// connection holds `config.max_per_connection` of them already.
+    pub(crate) fn open(&self, method: &str, config: SubscriptionConfig) -> Option<Sink> {
+        {
+            let mut subs = self.subs.borrow_mut();
+            // Subscriptions ended by their producer are forgotten here, not one by one.
+            subs.retain(|s| !s.finished());
+            let held = subs.iter().filter(|s| *s.method == *method).count();
+            if held >= config.max_per_connection {
+                return None;
+            }
+        }
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let mut prefix = Vec::with_capacity(method.len() + 64);
         prefix.extend_from_slice(br#"{"jsonrpc":"2.0","method":"#);
@@ -363,6 +379,7 @@ impl PushTo<'_> {
             id,
             conn: self.conn,
             prefix: prefix.into(),
+            method: method.into(),
             queue: Arc::clone(self.queue),
             config: SubscriptionConfig {
                 capacity: config.capacity.max(1),
@@ -370,11 +387,8 @@ impl PushTo<'_> {
             },
             state: Mutex::new(Inner::default()),
         });
-        let mut subs = self.subs.borrow_mut();
-        // Subscriptions ended by their producer are forgotten here, not one by one.
-        subs.retain(|s| !s.finished());
-        subs.push(Arc::clone(&sub));
-        Sink { sub }
+        self.subs.borrow_mut().push(Arc::clone(&sub));
+        Some(Sink { sub })
     }
 
     /// Ends every subscription of this connection.
