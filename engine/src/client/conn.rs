@@ -25,15 +25,16 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use simd_json::Node;
+use simd_json::{Node, StaticNode};
 
 use super::address::Address;
-use super::error::Failure;
-use super::{http, Error, Numbering, Options, Violation};
+use super::error::{Failure, ServerError};
+use super::subscription::{Notification, SubId};
+use super::{http, json_text, server_error, Error, Numbering, Options, Violation};
 use crate::codec::raw::RawCtx;
 use crate::codec::request::MAX_BUDGET_MS;
-use crate::codec::response::{validate_response, Body};
-use crate::codec::tape::elements;
+use crate::codec::response::{error_object, validate_response, Body};
+use crate::codec::tape::{elements, members};
 use crate::codec::{Id, LineDecoder};
 use crate::engine::Scratch;
 use crate::transport::websocket::{self, ClientFrame, WsDecoder, WsEvent};
@@ -243,6 +244,9 @@ struct Slot {
     /// Its owner is blocked on `cv` (in `wait`): only such a slot can be handed the
     /// reading. A registered call not yet waited for (`Client::start`) is not.
     parked: bool,
+    /// A subscribe call: a successful answer registers its subscription as it is
+    /// routed, before any notification read after it.
+    subscribe: bool,
     /// Arc so a waiter can hold it while the table's guard is moved into `wait`.
     cv: Arc<Condvar>,
     /// Where the leader copies a response for this slot, and the scratch its owner
@@ -279,6 +283,46 @@ struct Table {
     /// WebSocket: the payload of a ping not yet answered (the reader cannot write: the
     /// pong goes before the next request).
     pong: Option<BytesMut>,
+    /// Open subscriptions (looked up by a scan: a connection holds few).
+    subs: Vec<Sub>,
+    /// Names subscriptions for their owners (`Sub::token`).
+    next_token: u64,
+    /// Notifications queued per subscription at most.
+    sub_capacity: usize,
+}
+
+/// A subscription's notifications, queued until its owner takes them.
+struct Sub {
+    id: SubId,
+    token: u64,
+    /// Taken by the subscribe call that opened it.
+    claimed: bool,
+    items: VecDeque<Notification>,
+    /// Lost since the last notification queued (the server's `lagged` counts).
+    missed: u64,
+    /// The server ended it: with its error, or `None` for a plain close.
+    end: Option<Option<ServerError>>,
+    /// Its owner waits on `cv` (in `next_note`).
+    parked: bool,
+    cv: Arc<Condvar>,
+}
+
+/// What waiting for a subscription's notification came to.
+pub(crate) enum NoteWait {
+    Item(Notification),
+    /// The server ended the subscription (with its error, if any).
+    Ended(Option<ServerError>),
+    /// The connection failed.
+    Failed(Error),
+    TimedOut,
+}
+
+/// What a server's notification (`method`, no `id`) says of a subscription.
+enum Note<'a> {
+    Result(&'a [Node<'a>]),
+    Lagged(u64),
+    Error(Error),
+    Closed,
 }
 
 /// A registered call: its slot and first id.
@@ -300,6 +344,8 @@ pub(crate) struct Carry {
     /// When the caller stops waiting for any answer: what is left of it when the
     /// request is written goes with it as the call's budget (`None`: no budget sent).
     pub(crate) until: Option<Instant>,
+    /// A subscribe call (see `Slot::subscribe`).
+    pub(crate) subscribe: bool,
 }
 
 /// What is left until `until`, in whole milliseconds (rounded down: a server never
@@ -441,6 +487,9 @@ impl Conn {
                 failed: None,
                 http: VecDeque::new(),
                 pong: None,
+                subs: Vec::new(),
+                next_token: 0,
+                sub_capacity: opts.subscription_queue,
             }),
             dead: AtomicBool::new(false),
             control,
@@ -539,7 +588,7 @@ impl Conn {
                 t.http.push_back(reply.then_some(ids.start));
             }
             reply.then(|| Ticket {
-                slot: self.register(&mut t, ids.clone()),
+                slot: self.register(&mut t, ids.clone(), carry.subscribe),
                 id: ids.start,
             })
         };
@@ -600,7 +649,7 @@ impl Conn {
     }
 
     /// Takes a free slot (growing the table on first use) for `ids`.
-    fn register(&self, t: &mut Table, ids: Range<u64>) -> usize {
+    fn register(&self, t: &mut Table, ids: Range<u64>, subscribe: bool) -> usize {
         let i = match t.slots.iter().position(|s| s.state == State::Free) {
             Some(i) => i,
             None => {
@@ -608,6 +657,7 @@ impl Conn {
                     ids: 0..0,
                     state: State::Free,
                     parked: false,
+                    subscribe: false,
                     cv: Arc::new(Condvar::new()),
                     parse: Some(Box::new(Delivery {
                         frame: Vec::new(),
@@ -619,6 +669,7 @@ impl Conn {
         };
         t.slots[i].ids = ids;
         t.slots[i].state = State::Waiting;
+        t.slots[i].subscribe = subscribe;
         i
     }
 
@@ -681,7 +732,7 @@ impl Conn {
             if !t.leader {
                 t.leader = true;
                 drop(t);
-                return self.lead(ticket, deadline, on_reply);
+                return self.lead(ticket, deadline, on_reply, None);
             }
             let now = Instant::now();
             if now >= deadline {
@@ -698,13 +749,15 @@ impl Conn {
         }
     }
 
-    /// Reads as the leader until `ticket`'s response has been handled, the deadline
-    /// passes or the connection fails; then hands the reading to another waiter.
+    /// Reads as the leader until `ticket`'s response has been handled (with `note`,
+    /// until subscription `note` has something for its owner), the deadline passes or
+    /// the connection fails; then hands the reading to another waiter.
     fn lead(
         &self,
         ticket: Ticket,
         deadline: Instant,
         on_reply: &mut dyn FnMut(RawCtx<'_>),
+        note: Option<u64>,
     ) -> Result<(), Error> {
         // Declared before the reader's guard, so dropped after it: the reading is
         // handed on however this returns, also when the caller's own code run by
@@ -717,7 +770,7 @@ impl Conn {
             // so the next leader finds them delivered.
             match self.next_frame(&mut r, ticket, on_reply) {
                 Ok(Some(mine)) => {
-                    if mine {
+                    if mine || note.is_some_and(|token| self.note_ready(token)) {
                         done = Some(Ok(()));
                     }
                     continue;
@@ -730,6 +783,8 @@ impl Conn {
             }
             if done.is_none() {
                 if let State::Failed(f) = self.state(ticket) {
+                    done = Some(Err(f.error()));
+                } else if let (Some(_), Some(f)) = (note, lock(&self.table).failed) {
                     done = Some(Err(f.error()));
                 }
             }
@@ -754,7 +809,80 @@ impl Conn {
     }
 
     fn state(&self, ticket: Ticket) -> State {
-        lock(&self.table).slots[ticket.slot].state
+        lock(&self.table)
+            .slots
+            .get(ticket.slot)
+            .map_or(State::Waiting, |s| s.state)
+    }
+
+    /// Waits until `deadline` for subscription `token`'s next notification, reading
+    /// the connection itself when no one else does.
+    pub(crate) fn next_note(&self, token: u64, deadline: Instant) -> NoteWait {
+        let mut t = lock(&self.table);
+        loop {
+            let Some(i) = t.subs.iter().position(|s| s.token == token) else {
+                return NoteWait::Ended(None);
+            };
+            let sub = &mut t.subs[i];
+            if let Some(n) = sub.items.pop_front() {
+                return NoteWait::Item(n);
+            }
+            if let Some(end) = sub.end.take() {
+                return NoteWait::Ended(end);
+            }
+            if let Some(f) = t.failed {
+                return NoteWait::Failed(f.error());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return NoteWait::TimedOut;
+            }
+            if !t.leader {
+                t.leader = true;
+                drop(t);
+                // What the reading came to is found in the table.
+                let _ = self.lead(NO_TICKET, deadline, &mut |_| {}, Some(token));
+                t = lock(&self.table);
+                continue;
+            }
+            let cv = Arc::clone(&t.subs[i].cv);
+            t.subs[i].parked = true;
+            t = cv
+                .wait_timeout(t, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+            if let Some(s) = t.subs.iter_mut().find(|s| s.token == token) {
+                s.parked = false;
+            }
+        }
+    }
+
+    /// Whether subscription `token` has something for its owner (or is gone).
+    fn note_ready(&self, token: u64) -> bool {
+        let t = lock(&self.table);
+        t.subs
+            .iter()
+            .find(|s| s.token == token)
+            .is_none_or(|s| !s.items.is_empty() || s.end.is_some())
+    }
+
+    /// Takes the subscription `id` registered when its subscribe call's answer was
+    /// routed; `None` if there is none to take (the server answered an id already in
+    /// use on this connection).
+    pub(crate) fn claim(&self, id: &SubId) -> Option<u64> {
+        let mut t = lock(&self.table);
+        let sub = t.subs.iter_mut().find(|s| !s.claimed && s.id == *id)?;
+        sub.claimed = true;
+        Some(sub.token)
+    }
+
+    /// Drops subscription `token` and what it has queued: its notifications are
+    /// ignored from now on.
+    pub(crate) fn forget(&self, token: u64) {
+        let mut t = lock(&self.table);
+        if let Some(i) = t.subs.iter().position(|s| s.token == token) {
+            t.subs.swap_remove(i);
+        }
     }
 
     /// One read(2) with at most `left` to wait. EOF sets `r.eof`; a timeout returns Ok.
@@ -873,11 +1001,17 @@ impl Conn {
     ) -> Result<bool, Failure> {
         scratch.parse(frame, |raw| {
             let raw = raw.map_err(|_| Failure::Protocol(Violation::BadJson))?;
+            if let Some(note) = notification(raw) {
+                if let Some((sub, note)) = note {
+                    self.deliver_note(sub, note, raw);
+                }
+                return Ok(false);
+            }
             let id = match frame_id(raw.root)? {
                 Some(id) => Some(id),
                 None => owner,
             };
-            match self.deliver(id, frame, me)? {
+            match self.deliver(id, frame, raw.root, me)? {
                 Route::Mine => {
                     on_reply(raw);
                     Ok(true)
@@ -887,8 +1021,50 @@ impl Conn {
         })
     }
 
-    /// Finds the slot for `id` (`None`: the frame carries only `null` ids).
-    fn deliver(&self, id: Option<u64>, frame: &[u8], me: Ticket) -> Result<Route, Failure> {
+    /// Queues a notification on the subscription it names (ignored if none).
+    fn deliver_note<'a>(&self, sub: &'a Node<'a>, note: Note<'a>, raw: RawCtx<'a>) {
+        let mut t = lock(&self.table);
+        let cap = t.sub_capacity;
+        let Some(s) = t.subs.iter_mut().find(|s| s.id.is(sub)) else {
+            return;
+        };
+        if s.end.is_some() {
+            return;
+        }
+        match note {
+            Note::Result(value) => {
+                s.items.push_back(Notification {
+                    result: json_text(raw, value).into_owned(),
+                    missed: std::mem::take(&mut s.missed),
+                });
+                if s.items.len() > cap {
+                    // The owner reads too slowly: the oldest goes, counted by the next.
+                    if let Some(old) = s.items.pop_front() {
+                        let lost = old.missed.saturating_add(1);
+                        if let Some(next) = s.items.front_mut() {
+                            next.missed = next.missed.saturating_add(lost);
+                        }
+                    }
+                }
+            }
+            Note::Lagged(n) => s.missed = s.missed.saturating_add(n),
+            Note::Error(Error::Server(e)) => s.end = Some(Some(e)),
+            Note::Error(_) | Note::Closed => s.end = Some(None),
+        }
+        if s.parked {
+            s.cv.notify_one();
+        }
+    }
+
+    /// Finds the slot for `id` (`None`: the frame carries only `null` ids); a
+    /// subscribe call's successful answer registers its subscription.
+    fn deliver(
+        &self,
+        id: Option<u64>,
+        frame: &[u8],
+        root: &[Node<'_>],
+        me: Ticket,
+    ) -> Result<Route, Failure> {
         let mut t = lock(&self.table);
         let slot = match id {
             Some(id) => {
@@ -918,6 +1094,10 @@ impl Conn {
         if s.state != State::Waiting {
             return Ok(Route::Ignored);
         }
+        if s.subscribe {
+            register_sub(&mut t, root);
+        }
+        let s = &mut t.slots[slot];
         if slot == me.slot {
             s.state = State::Taken;
             return Ok(Route::Mine);
@@ -956,6 +1136,9 @@ impl Conn {
         let f = t.failed.unwrap_or(f);
         for s in t.slots.iter_mut().filter(|s| s.state == State::Waiting) {
             s.state = State::Failed(f);
+            s.cv.notify_one();
+        }
+        for s in t.subs.iter().filter(|s| s.parked) {
             s.cv.notify_one();
         }
     }
@@ -1001,7 +1184,9 @@ impl Drop for HandBack<'_> {
 
 /// Frees `ticket`'s slot if it still belongs to it.
 fn free(t: &mut Table, ticket: Ticket) {
-    let s = &mut t.slots[ticket.slot];
+    let Some(s) = t.slots.get_mut(ticket.slot) else {
+        return;
+    };
     if s.ids.start == ticket.id {
         s.ids = 0..0;
         s.state = State::Free;
@@ -1017,7 +1202,97 @@ fn wake_next(t: &Table) {
         .find(|s| s.state == State::Waiting && s.parked)
     {
         s.cv.notify_one();
+    } else if let Some(s) = t.subs.iter().find(|s| s.parked) {
+        s.cv.notify_one();
     }
+}
+
+/// Leads for a subscription's owner: a ticket of no slot.
+const NO_TICKET: Ticket = Ticket {
+    slot: usize::MAX,
+    id: 0,
+};
+
+/// Registers the subscription a subscribe call's answer (`root`) opened: a result
+/// that is a string or a number, not already an open subscription's id.
+fn register_sub(t: &mut Table, root: &[Node<'_>]) {
+    let Ok(r) = validate_response(root) else {
+        return;
+    };
+    let Body::Result(value) = r.body else {
+        return;
+    };
+    let Some(id) = SubId::of(value.first()) else {
+        return;
+    };
+    if t.subs.iter().any(|s| s.id == id) {
+        return;
+    }
+    t.next_token += 1;
+    let token = t.next_token;
+    t.subs.push(Sub {
+        id,
+        token,
+        claimed: false,
+        items: VecDeque::new(),
+        missed: 0,
+        end: None,
+        parked: false,
+        cv: Arc::new(Condvar::new()),
+    });
+}
+
+/// A server's notification (an object with a `method` and no `id`): `Some(Some(_))`
+/// for one of a subscription (params holding `subscription` and one of `result`,
+/// `lagged`, `error` or `closed`), `Some(None)` for any other (ignored). `None` for
+/// what is not a notification (responses).
+#[allow(clippy::option_option)]
+fn notification<'a>(raw: RawCtx<'a>) -> Option<Option<(&'a Node<'a>, Note<'a>)>> {
+    let root = raw.root;
+    if !matches!(root.first(), Some(Node::Object { .. })) {
+        return None;
+    }
+    let (mut method, mut params) = (false, None);
+    for m in members(root) {
+        match m.ok()? {
+            ("id", _) => return None,
+            ("method", [Node::String(_)]) => method = true,
+            ("params", value @ [Node::Object { .. }, ..]) => params = Some(value),
+            _ => {}
+        }
+    }
+    if !method {
+        return None;
+    }
+    Some(params.and_then(|p| subscription_note(raw, p)))
+}
+
+/// What a notification's params object says of a subscription.
+fn subscription_note<'a>(
+    raw: RawCtx<'a>,
+    params: &'a [Node<'a>],
+) -> Option<(&'a Node<'a>, Note<'a>)> {
+    let (mut sub, mut note) = (None, None);
+    for m in members(params) {
+        match m.ok()? {
+            ("subscription", [id]) => sub = Some(id),
+            ("result", value @ [_, ..]) => note = Some(Note::Result(value)),
+            ("lagged", [Node::Static(StaticNode::U64(n))]) => note = Some(Note::Lagged(*n)),
+            ("error", value @ [_, ..]) => {
+                note = Some(Note::Error(match error_object(value) {
+                    Ok(Body::Error {
+                        code,
+                        message,
+                        data,
+                    }) => server_error(raw, code, message, data),
+                    _ => Error::Protocol(Violation::BadErrorObject),
+                }));
+            }
+            ("closed", [Node::Static(StaticNode::Bool(true))]) => note = Some(Note::Closed),
+            _ => {}
+        }
+    }
+    Some((sub?, note?))
 }
 
 /// The id a reply frame is routed by: a response's id, or a batch's first integer id.

@@ -62,6 +62,10 @@ pub enum Error {
     /// (over HTTP it is a header value: visible ASCII only).
     #[error("invalid token: {0}")]
     Token(&'static str),
+    /// [`Client::subscribe`](super::Client::subscribe) over `http://`: a server cannot
+    /// push on it (use `ws://`, `tcp://` or `unix://`).
+    #[error("subscriptions need a connection the server can push on (ws://, tcp://, unix://), not http://")]
+    PushUnsupported,
 }
 
 impl Error {

@@ -65,9 +65,11 @@ mod error;
 #[cfg(feature = "fuzzing")]
 pub(crate) mod fuzzing;
 pub(crate) mod http;
+mod subscription;
 
 pub use batch::{Batch, BatchKey, BatchReply};
 pub use error::{Error, ServerError, Violation};
+pub use subscription::{Notification, Subscription};
 
 use std::borrow::Cow;
 use std::collections::hash_map::RandomState;
@@ -103,6 +105,7 @@ pub struct Options {
     max_depth: usize,
     token: Option<String>,
     send_deadline: bool,
+    subscription_queue: usize,
 }
 
 impl fmt::Debug for Options {
@@ -116,6 +119,7 @@ impl fmt::Debug for Options {
             .field("max_depth", &self.max_depth)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("send_deadline", &self.send_deadline)
+            .field("subscription_queue", &self.subscription_queue)
             .finish()
     }
 }
@@ -130,6 +134,7 @@ impl Default for Options {
             max_depth: defaults::DEFAULT_MAX_DEPTH,
             token: None,
             send_deadline: true,
+            subscription_queue: 1024,
         }
     }
 }
@@ -181,6 +186,15 @@ impl Options {
     /// reconnected, with its error ([`Error::Server`], code `-32040`, or `-32601`).
     pub fn token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
+        self
+    }
+
+    /// Notifications kept per [`Subscription`] while its owner does not take them
+    /// (default 1024, at least 1): past it the oldest are dropped, and the next one
+    /// delivered counts them ([`Notification::missed_before`]). Memory stays bounded
+    /// while other callers read the connection and a subscription's owner does not.
+    pub fn subscription_queue(mut self, n: usize) -> Self {
+        self.subscription_queue = n.max(1);
         self
     }
 
@@ -524,8 +538,8 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// Connects to `url` (`tcp://host:port`, `unix:///path`, `http://host[:port][/path]`
     /// or `ws://host[:port][/path]`) with default [`Options`]. Over WebSocket, a token
-    /// goes as `Authorization: Bearer` on the handshake; notifications a server pushes
-    /// (subscriptions) are not read by this client yet: a connection that gets one fails.
+    /// goes as `Authorization: Bearer` on the handshake. Notifications a server pushes
+    /// are read as [`Client::subscribe`]'s; others are ignored.
     ///
     /// # Errors
     ///
@@ -686,6 +700,73 @@ impl Client {
         })
     }
 
+    /// Calls the subscription method `method` and returns the subscription it opened:
+    /// an iterator of the notifications the server pushes for it
+    /// (`{"method":…,"params":{"subscription":ID,"result":…}}`, the convention of
+    /// ringrpc, geth and jsonrpsee). `unsubscribe` is the method that ends it, called
+    /// with `[ID]` when the subscription is dropped or
+    /// [`Subscription::unsubscribe`]d. Needs a connection the server can push on:
+    /// `tcp://`, `unix://` or `ws://`. Not retried.
+    ///
+    /// ```
+    /// use ringrpc::client::Client;
+    /// use ringrpc::{demo, server::Server, Config};
+    ///
+    /// let mut server = Server::new(demo::engine(Config::default()))?;
+    /// let addr = server.listen_tcp("127.0.0.1:0")?;
+    /// let stop = server.handle();
+    /// let running = std::thread::spawn(move || server.run());
+    ///
+    /// let client = Client::connect(&format!("tcp://{addr}"))?;
+    /// let ticks = client.subscribe("subscribe_ticks", [1], "unsubscribe_ticks")?;
+    /// let counts: Vec<u64> = ticks.take(3).map(|n| n?.parse()).collect::<Result<_, _>>()?;
+    /// assert_eq!(counts, [0, 1, 2]); // the demo counts from 0
+    /// // Dropped: unsubscribed.
+    ///
+    /// stop.shutdown();
+    /// running.join().unwrap()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::PushUnsupported`] for an `http://` client; as [`Client::call`]
+    /// otherwise; [`Error::Decode`] if the answer is not a subscription id (a string or
+    /// a number), [`Error::Protocol`] if it is one already open on the connection.
+    pub fn subscribe<P: Serialize>(
+        &self,
+        method: &str,
+        params: P,
+        unsubscribe: &str,
+    ) -> Result<Subscription<'_>, Error> {
+        if let Address::Http { .. } = self.address {
+            return Err(Error::PushUnsupported);
+        }
+        let id = self.next_ids(1);
+        let deadline = Instant::now() + self.options.timeout;
+        let mut write = |buf: &mut Vec<u8>, meta: Option<u64>| {
+            write_call(buf, Some(Id::UInt(id)), method, &params, meta)
+        };
+        let carry = Carry {
+            subscribe: true,
+            ..self.carry(deadline)
+        };
+        let (conn, ticket) = self.send(id..id + 1, true, carry, deadline, &mut write)?;
+        let Some(ticket) = ticket else {
+            return Err(Error::Protocol(Violation::MissingResponse));
+        };
+        let mut f = Some(|r: Reply<'_>| {
+            subscription::SubId::of(r.nodes.first()).ok_or_else(|| {
+                Error::Decode("the subscription id is neither a string nor a number".into())
+            })
+        });
+        let sub = wait_single(&conn, ticket, id, deadline, &mut f)?;
+        let Some(token) = conn.claim(&sub) else {
+            return Err(Error::Protocol(Violation::SubscriptionInUse));
+        };
+        Ok(Subscription::new(self, conn, token, sub, unsubscribe))
+    }
+
     /// A batch builder: calls and notifications sent together as one JSON array.
     pub fn batch(&self) -> Batch<'_> {
         Batch::new(self)
@@ -697,6 +778,7 @@ impl Client {
         Carry {
             idempotent: false,
             until: self.options.send_deadline.then_some(until),
+            subscribe: false,
         }
     }
 

@@ -58,6 +58,10 @@ pub enum Violation {
     /// A malformed HTTP response (head, `Content-Length`, chunked framing).
     #[error("malformed HTTP response: {0}")]
     BadHttp(&'static str),
+    /// A subscribe call answered the id of a subscription already open on the
+    /// connection.
+    #[error("a subscription id already in use on the connection")]
+    SubscriptionInUse,
 }
 
 /// A response object that passed every envelope rule.
@@ -120,7 +124,7 @@ pub(crate) fn validate_response<'a>(nodes: &'a [Node<'a>]) -> Result<Response<'a
 }
 
 /// Reads `{"code": int, "message": string, "data"?: any}`.
-fn error_object<'a>(nodes: &'a [Node<'a>]) -> Result<Body<'a>, Violation> {
+pub(crate) fn error_object<'a>(nodes: &'a [Node<'a>]) -> Result<Body<'a>, Violation> {
     let Some(Node::Object { .. }) = nodes.first() else {
         return Err(Violation::BadErrorObject);
     };

@@ -166,6 +166,15 @@ pub(crate) struct SubState {
     state: Mutex<Inner>,
 }
 
+/// How a subscription the server ended tells its peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CloseNote {
+    /// `"error"` with reason `lagged`.
+    Lagged,
+    /// `"closed":true`.
+    Closed,
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     /// Whole notifications (JSON), oldest first.
@@ -175,8 +184,10 @@ struct Inner {
     /// On the reactor's ready list (or waiting for the output to drain).
     scheduled: bool,
     closed: Option<SinkClosed>,
-    /// Under [`Lagging::Close`]: the error notification is still to be delivered.
-    close_note: bool,
+    /// The notification that ends the subscription, still to be delivered after
+    /// what is queued: its error under [`Lagging::Close`], or `closed` after
+    /// [`Sink::close`].
+    close_note: Option<CloseNote>,
     spare: Vec<Vec<u8>>,
 }
 
@@ -215,7 +226,7 @@ impl SubState {
                 }
                 Lagging::Close => {
                     st.closed = Some(SinkClosed::Lagged);
-                    st.close_note = true;
+                    st.close_note = Some(CloseNote::Lagged);
                     self.schedule(&mut st);
                     return Err(SinkClosed::Lagged);
                 }
@@ -237,23 +248,29 @@ impl SubState {
     /// Ends the subscription (the first reason given stands). Cancelled by its client,
     /// or with its connection gone, what is still queued is dropped: nothing follows
     /// the unsubscribe call's answer.
-    pub(crate) fn end(&self, why: SinkClosed) {
+    pub(crate) fn end(self: &Arc<Self>, why: SinkClosed) {
         let mut st = self.lock();
+        let first = st.closed.is_none();
         st.closed.get_or_insert(why);
-        if matches!(
-            why,
-            SinkClosed::Unsubscribed | SinkClosed::ConnectionClosed | SinkClosed::Revoked
-        ) {
-            st.items.clear();
-            st.dropped = 0;
-            st.close_note = false;
+        match why {
+            SinkClosed::Unsubscribed | SinkClosed::ConnectionClosed | SinkClosed::Revoked => {
+                st.items.clear();
+                st.dropped = 0;
+                st.close_note = None;
+            }
+            SinkClosed::Closed if first => {
+                // The peer is told, after what is still queued.
+                st.close_note = Some(CloseNote::Closed);
+                self.schedule(&mut st);
+            }
+            SinkClosed::Closed | SinkClosed::Lagged => {}
         }
     }
 
     /// Whether it has ended and has nothing left to deliver.
     pub(crate) fn finished(&self) -> bool {
         let st = self.lock();
-        st.closed.is_some() && st.items.is_empty() && !st.close_note
+        st.closed.is_some() && st.items.is_empty() && st.close_note.is_none()
     }
 
     /// Writes what is queued into `out` (each notification framed by `frame`) while
@@ -280,16 +297,18 @@ impl SubState {
             frame(out, &item);
             keep_spare(&mut st, item);
         }
-        if st.items.is_empty() && st.close_note && room(out) {
-            st.close_note = false;
+        if st.items.is_empty() && st.close_note.is_some() && room(out) {
             let mut note = Vec::with_capacity(self.prefix.len() + 200);
             note.extend_from_slice(&self.prefix);
-            note.extend_from_slice(
-                br#""error":{"code":-32000,"message":"Server busy: the subscription was ended, its client reads too slowly","data":{"reason":"lagged"}}}}"#,
-            );
+            note.extend_from_slice(match st.close_note.take() {
+                Some(CloseNote::Lagged) => {
+                    br#""error":{"code":-32000,"message":"Server busy: the subscription was ended, its client reads too slowly","data":{"reason":"lagged"}}}}"#
+                }
+                _ => br#""closed":true}}"#,
+            });
             frame(out, &note);
         }
-        let done = st.items.is_empty() && !st.close_note && st.dropped == 0;
+        let done = st.items.is_empty() && st.close_note.is_none() && st.dropped == 0;
         st.scheduled = !done;
         done
     }

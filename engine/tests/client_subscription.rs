@@ -1,0 +1,363 @@
+//! `Client::subscribe`: notifications read off the client's connection, against the
+//! ringrpc server (TCP, Unix, WebSocket) and against scripted servers (string ids,
+//! `lagged` counts, errors and closes, stray notifications, a connection lost).
+
+mod util;
+
+use std::io::{BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ringrpc::client::{Client, Error, Options};
+use ringrpc::{demo, Config, Context, Engine, Params, RpcError, ServerConfig, Sink};
+use serde_json::{json, Value};
+use util::server::Served;
+
+#[path = "util/peer.rs"]
+#[allow(dead_code)] // read_http: not used here
+mod peer;
+use peer::{answer, read_request};
+
+fn served() -> Served {
+    Served::start(demo::engine(Config::default()), ServerConfig::default())
+}
+
+fn push_urls(s: &Served) -> [String; 3] {
+    [
+        format!("tcp://{}", s.tcp),
+        format!("unix://{}", s.unix.display()),
+        format!("ws://{}/", s.http),
+    ]
+}
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// The next notification's result, within `WAIT`.
+fn next(sub: &mut ringrpc::client::Subscription<'_>) -> ringrpc::client::Notification {
+    match sub.next_timeout(WAIT) {
+        Some(Ok(n)) => n,
+        other => panic!("expected a notification, got {other:?}"),
+    }
+}
+
+#[test]
+fn ticks_arrive_in_order_on_every_push_transport_and_unsubscribe_answers_true() {
+    let server = served();
+    for url in push_urls(&server) {
+        let c = Client::connect(&url).unwrap();
+        let mut ticks = c
+            .subscribe("subscribe_ticks", [1], "unsubscribe_ticks")
+            .unwrap();
+        assert!(ticks.id().parse::<u64>().is_ok(), "{url}: {}", ticks.id());
+        for want in 0..300u64 {
+            let n = next(&mut ticks);
+            assert_eq!(
+                n.parse::<u64>().unwrap(),
+                want,
+                "{url}: a gap or reordering"
+            );
+            assert_eq!(n.missed_before(), 0, "{url}");
+        }
+        assert!(ticks.unsubscribe().unwrap(), "{url}");
+        // The connection goes on serving calls, with no notification in the way.
+        assert_eq!(c.call::<String, _>("ping", ()).unwrap(), "pong", "{url}");
+    }
+    server.stop();
+}
+
+#[test]
+fn dropping_a_subscription_unsubscribes_it() {
+    let server = served();
+    for url in push_urls(&server) {
+        let c = Client::connect(&url).unwrap();
+        let mut ticks = c
+            .subscribe("subscribe_ticks", [1], "unsubscribe_ticks")
+            .unwrap();
+        next(&mut ticks);
+        let id: u64 = ticks.id().parse().unwrap();
+        drop(ticks);
+        // The drop's unsubscribe was written first: the server no longer holds it.
+        let held: bool = c.call("unsubscribe_ticks", [id]).unwrap();
+        assert!(!held, "{url}: the dropped subscription is still open");
+        for i in 0..50 {
+            assert_eq!(c.call::<i64, _>("add", [i, 1]).unwrap(), i + 1, "{url}");
+        }
+    }
+    server.stop();
+}
+
+#[test]
+fn calls_from_other_threads_and_subscriptions_share_one_connection() {
+    let server = served();
+    for url in push_urls(&server) {
+        let c = Arc::new(Client::connect(&url).unwrap());
+        let followers: Vec<JoinHandle<()>> = (0..2)
+            .map(|_| {
+                let c = Arc::clone(&c);
+                std::thread::spawn(move || {
+                    let mut ticks = c
+                        .subscribe("subscribe_ticks", [1], "unsubscribe_ticks")
+                        .unwrap();
+                    for want in 0..400u64 {
+                        assert_eq!(next(&mut ticks).parse::<u64>().unwrap(), want);
+                    }
+                })
+            })
+            .collect();
+        let callers: Vec<JoinHandle<()>> = (0..3i64)
+            .map(|t| {
+                let c = Arc::clone(&c);
+                std::thread::spawn(move || {
+                    for i in 0..300i64 {
+                        let sum: i64 = c.call("add", [t * 1000, i]).unwrap();
+                        assert_eq!(sum, t * 1000 + i);
+                    }
+                })
+            })
+            .collect();
+        for t in followers.into_iter().chain(callers) {
+            t.join().unwrap();
+        }
+        assert_eq!(c.call::<String, _>("ping", ()).unwrap(), "pong", "{url}");
+    }
+    server.stop();
+}
+
+#[test]
+fn a_subscription_whose_owner_does_not_take_its_notifications_stays_bounded_and_counts_its_losses()
+{
+    let server = served();
+    let c = Arc::new(
+        Client::connect_with(
+            &format!("tcp://{}", server.tcp),
+            Options::default().subscription_queue(8),
+        )
+        .unwrap(),
+    );
+    let mut ticks = c
+        .subscribe("subscribe_ticks", [1], "unsubscribe_ticks")
+        .unwrap();
+    // Another caller reads the connection (its calls' answers come behind ticks) while
+    // the subscription's owner takes nothing.
+    let until = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < until {
+        assert_eq!(c.call::<String, _>("ping", ()).unwrap(), "pong");
+    }
+    let (mut last, mut lost, mut queued) = (None::<u64>, 0, 0);
+    for _ in 0..100 {
+        let n = next(&mut ticks);
+        let v: u64 = n.parse().unwrap();
+        if let Some(prev) = last {
+            assert_eq!(
+                v,
+                prev + 1 + n.missed_before(),
+                "every tick delivered or counted"
+            );
+        } else {
+            assert_eq!(v, n.missed_before(), "the first tick is 0, or counted");
+        }
+        if n.missed_before() == 0 {
+            queued += 1;
+        }
+        lost += n.missed_before();
+        last = Some(v);
+    }
+    assert!(lost > 0, "300 ms of 1 ms ticks kept in a queue of 8");
+    assert!(queued >= 8, "the 8 newest were kept");
+    server.stop();
+}
+
+#[test]
+fn a_subscription_the_server_closes_ends_after_its_last_notification() {
+    let mut methods = demo::builder();
+    methods
+        .subscription(
+            "three",
+            "item",
+            "unthree",
+            |_: &Context<'_>, _: Params<'_>, sink: Sink| -> Result<(), RpcError> {
+                std::thread::spawn(move || {
+                    for n in 0..3 {
+                        let _ = sink.send(&n);
+                    }
+                    sink.close();
+                });
+                Ok(())
+            },
+        )
+        .unwrap();
+    let server = Served::start(
+        Engine::new(methods.freeze(), Config::default()),
+        ServerConfig::default(),
+    );
+    for url in push_urls(&server) {
+        let c = Client::connect(&url).unwrap();
+        let mut items = c.subscribe("three", (), "unthree").unwrap();
+        let got: Vec<u64> = (0..3).map(|_| next(&mut items).parse().unwrap()).collect();
+        assert_eq!(got, [0, 1, 2], "{url}");
+        assert!(
+            items.next_timeout(WAIT).is_none(),
+            "{url}: closed, not ended"
+        );
+        assert!(items.next().is_none(), "{url}");
+        drop(items);
+        assert_eq!(c.call::<String, _>("ping", ()).unwrap(), "pong", "{url}");
+    }
+    server.stop();
+}
+
+#[test]
+fn http_clients_cannot_subscribe() {
+    let server = served();
+    let c = Client::connect(&format!("http://{}/", server.http)).unwrap();
+    let e = c
+        .subscribe("subscribe_ticks", [1], "unsubscribe_ticks")
+        .unwrap_err();
+    assert!(matches!(e, Error::PushUnsupported), "{e:?}");
+    server.stop();
+}
+
+/// A TCP server running `script` for each accepted connection (numbered from 0) until
+/// it returns false.
+fn scripted(
+    script: impl Fn(usize, BufReader<TcpStream>) -> bool + Send + 'static,
+) -> (SocketAddr, JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let t = std::thread::spawn(move || {
+        for (n, s) in l.incoming().enumerate() {
+            if !script(n, BufReader::new(s.unwrap())) {
+                return;
+            }
+        }
+    });
+    (addr, t)
+}
+
+fn note(sub: Value, member: &str, value: Value) -> Value {
+    json!({"jsonrpc": "2.0", "method": "item", "params": {"subscription": sub, member: value}})
+}
+
+#[test]
+fn notifications_lagged_counts_errors_closes_and_strays_from_a_scripted_server() {
+    let (addr, t) = scripted(|_, mut r| {
+        // 1: a string id (with an escape: ids are compared as values); a stray
+        // notification of no subscription and one of an unknown id come in between.
+        let req = read_request(&mut r).unwrap();
+        assert_eq!(req["method"], "sub");
+        answer(
+            &mut r,
+            &json!({"jsonrpc":"2.0","id":req["id"],"result":"0xab"}),
+        );
+        let escaped = br#"{"jsonrpc":"2.0","method":"item","params":{"subscription":"0x\u0061b","result":1}}"#;
+        r.get_mut()
+            .write_all(&[&escaped[..], b"\n"].concat())
+            .unwrap();
+        answer(
+            &mut r,
+            &json!({"jsonrpc":"2.0","method":"news","params":[1]}),
+        );
+        answer(&mut r, &note(json!("0xcd"), "result", json!(99)));
+        answer(&mut r, &note(json!("0xab"), "lagged", json!(5)));
+        answer(&mut r, &note(json!("0xab"), "result", json!(7)));
+        answer(&mut r, &note(json!("0xab"), "closed", json!(true)));
+        // 2: a number id, a raw object result, then an error ends it.
+        let req = read_request(&mut r).unwrap();
+        answer(&mut r, &json!({"jsonrpc":"2.0","id":req["id"],"result":42}));
+        answer(&mut r, &note(json!(42), "result", json!({"a": [1, 2.5]})));
+        let busy = json!({"code": -32000, "message": "busy", "data": {"reason": "lagged"}});
+        answer(&mut r, &note(json!(42), "error", busy));
+        // 3: dropped unread: its unsubscribe comes, with its id.
+        let req = read_request(&mut r).unwrap();
+        answer(&mut r, &json!({"jsonrpc":"2.0","id":req["id"],"result":9}));
+        answer(&mut r, &note(json!(9), "result", json!("unread")));
+        let unsub = read_request(&mut r).unwrap();
+        assert_eq!(unsub["method"], "unsub");
+        assert_eq!(unsub["params"], json!([9]));
+        answer(
+            &mut r,
+            &json!({"jsonrpc":"2.0","id":unsub["id"],"result":true}),
+        );
+        // A call after it all.
+        let req = read_request(&mut r).unwrap();
+        answer(
+            &mut r,
+            &json!({"jsonrpc":"2.0","id":req["id"],"result":"done"}),
+        );
+        false
+    });
+    let c = Client::connect(&format!("tcp://{addr}")).unwrap();
+
+    let mut one = c.subscribe("sub", (), "unsub").unwrap();
+    assert_eq!(one.id(), r#""0xab""#);
+    let a = next(&mut one);
+    assert_eq!((a.parse::<i64>().unwrap(), a.missed_before()), (1, 0));
+    let b = next(&mut one);
+    assert_eq!((b.parse::<i64>().unwrap(), b.missed_before()), (7, 5));
+    assert!(one.next_timeout(WAIT).is_none(), "closed by the server");
+    drop(one);
+
+    let mut two = c.subscribe("sub", (), "unsub").unwrap();
+    assert_eq!(two.id(), "42");
+    assert_eq!(next(&mut two).raw_json(), br#"{"a":[1,2.5]}"#);
+    match two.next_timeout(WAIT) {
+        Some(Err(Error::Server(e))) => {
+            assert_eq!((e.code, e.reason()), (-32000, Some("lagged")), "{e:?}");
+        }
+        other => panic!("expected the server's error, got {other:?}"),
+    }
+    assert!(two.next_timeout(WAIT).is_none(), "the error ends it");
+    drop(two);
+
+    let three = c.subscribe("sub", (), "unsub").unwrap();
+    drop(three);
+    assert_eq!(c.call::<String, _>("last", ()).unwrap(), "done");
+    t.join().unwrap();
+}
+
+#[test]
+fn a_lost_connection_ends_the_subscription_with_its_error_and_the_next_call_reconnects() {
+    let (addr, t) = scripted(|n, mut r| {
+        let req = read_request(&mut r).unwrap();
+        if n == 0 {
+            answer(&mut r, &json!({"jsonrpc":"2.0","id":req["id"],"result":1}));
+            answer(&mut r, &note(json!(1), "result", json!("x")));
+            return true; // closes the connection
+        }
+        answer(
+            &mut r,
+            &json!({"jsonrpc":"2.0","id":req["id"],"result":"again"}),
+        );
+        false
+    });
+    let c = Client::connect(&format!("tcp://{addr}")).unwrap();
+    let mut sub = c.subscribe("sub", (), "unsub").unwrap();
+    assert_eq!(next(&mut sub).parse::<String>().unwrap(), "x");
+    match sub.next_timeout(WAIT) {
+        Some(Err(Error::Closed)) => {}
+        other => panic!("expected Closed, got {other:?}"),
+    }
+    assert!(sub.next().is_none());
+    drop(sub);
+    assert_eq!(c.call::<String, _>("hello", ()).unwrap(), "again");
+    t.join().unwrap();
+}
+
+#[test]
+fn a_subscription_waiting_with_a_timeout_times_out_and_goes_on() {
+    let server = served();
+    let c = Client::connect(&format!("tcp://{}", server.tcp)).unwrap();
+    // One tick a second: the first wait of 50 ms ends with nothing.
+    let mut slow = c
+        .subscribe("subscribe_ticks", [1000], "unsubscribe_ticks")
+        .unwrap();
+    assert!(matches!(
+        slow.next_timeout(Duration::from_millis(50)),
+        Some(Err(Error::ReadTimeout))
+    ));
+    assert_eq!(next(&mut slow).parse::<u64>().unwrap(), 0);
+    assert!(slow.unsubscribe().unwrap());
+    server.stop();
+}
