@@ -62,6 +62,10 @@ struct Args {
     /// Close connections idle this long, in ms (0: never).
     #[arg(long, value_name = "MS", default_value_t = defaults::DEFAULT_IDLE_TIMEOUT.as_millis() as u64)]
     idle_timeout_ms: u64,
+    /// Check subscribers' connections for a live peer after this long without traffic,
+    /// in ms (WebSocket ping, TCP keepalive; 0: never).
+    #[arg(long, value_name = "MS", default_value_t = defaults::DEFAULT_SUBSCRIBER_PING_INTERVAL.as_millis() as u64)]
+    subscriber_ping_ms: u64,
     /// Deadline of a call run on the worker pool, in ms (0: none).
     #[arg(long, value_name = "MS", default_value_t = defaults::DEFAULT_REQUEST_TIMEOUT.as_millis() as u64)]
     request_timeout_ms: u64,
@@ -148,6 +152,7 @@ fn settings(a: &Args) -> ServerConfig {
     let mut s = ServerConfig::default()
         .max_connections(a.max_connections)
         .idle_timeout(millis(a.idle_timeout_ms))
+        .subscriber_ping_interval(millis(a.subscriber_ping_ms))
         .request_read_timeout(millis(a.request_read_timeout_ms))
         .queue_capacity(a.queue_capacity)
         .write_high_water(a.write_high_water)

@@ -47,6 +47,7 @@ pub struct ServerConfig {
     pub(crate) http_path: String,
     pub(crate) max_head_bytes: usize,
     pub(crate) cors_origins: Vec<String>,
+    pub(crate) subscriber_ping_interval: Option<Duration>,
 }
 
 /// The documented default of every setting.
@@ -81,6 +82,10 @@ pub mod defaults {
     /// Default [`ServerConfig::max_head_bytes`](crate::ServerConfig::max_head_bytes):
     /// 8 KiB of HTTP request line and headers.
     pub const DEFAULT_MAX_HEAD_BYTES: usize = 8 * 1024;
+    /// Default
+    /// [`ServerConfig::subscriber_ping_interval`](crate::ServerConfig::subscriber_ping_interval):
+    /// 30 s (geth's WebSocket ping interval).
+    pub const DEFAULT_SUBSCRIBER_PING_INTERVAL: Duration = Duration::from_secs(30);
 }
 
 use defaults::*;
@@ -115,6 +120,7 @@ impl Default for ServerConfig {
             http_path: "/".to_owned(),
             max_head_bytes: DEFAULT_MAX_HEAD_BYTES,
             cors_origins: Vec::new(),
+            subscriber_ping_interval: Some(DEFAULT_SUBSCRIBER_PING_INTERVAL),
         }
     }
 }
@@ -196,6 +202,22 @@ impl ServerConfig {
     /// traffic (default [`defaults::DEFAULT_IDLE_TIMEOUT`]; `None`: never).
     pub fn idle_timeout(mut self, t: Option<Duration>) -> Self {
         self.idle_timeout = t;
+        self
+    }
+
+    /// How a connection holding subscriptions is checked for a live peer (default
+    /// [`defaults::DEFAULT_SUBSCRIBER_PING_INTERVAL`]; `None`: not checked). Such a
+    /// connection is exempt from the idle timeout (it listens), so a peer that vanished
+    /// (host down, network cut) without closing would otherwise hold it, and its
+    /// subscriptions' producers, until a write to it failed — never, for a quiet
+    /// subscription. A WebSocket that sent nothing for this long gets a Ping, and is
+    /// closed if nothing (its Pong, or anything) comes back within as long again. TCP
+    /// connections (WebSocket ones too) get the kernel's keepalive probes: the first
+    /// after this long without traffic, then 3 more, a third of it apart (a Unix
+    /// socket's peer cannot vanish without the kernel knowing). Checked once a second;
+    /// at least 1 s.
+    pub fn subscriber_ping_interval(mut self, t: Option<Duration>) -> Self {
+        self.subscriber_ping_interval = t.map(|t| t.max(Duration::from_secs(1)));
         self
     }
 

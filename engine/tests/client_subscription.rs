@@ -361,3 +361,21 @@ fn a_subscription_waiting_with_a_timeout_times_out_and_goes_on() {
     assert!(slow.unsubscribe().unwrap());
     server.stop();
 }
+
+/// A client that only reads notifications still answers the server's pings (it would
+/// be closed as a vanished peer otherwise): ticks every 1.5 s, pinged after 1 s of
+/// silence, over 6 s.
+#[test]
+fn a_websocket_client_that_only_reads_notifications_answers_pings() {
+    let settings = ServerConfig::default().subscriber_ping_interval(Some(Duration::from_secs(1)));
+    let server = Served::start(demo::engine(Config::default()), settings);
+    let c = Client::connect(&format!("ws://{}/", server.http)).unwrap();
+    let mut ticks = c
+        .subscribe("subscribe_ticks", [1500], "unsubscribe_ticks")
+        .unwrap();
+    for want in 0..4u64 {
+        assert_eq!(next(&mut ticks).parse::<u64>().unwrap(), want);
+    }
+    assert!(ticks.unsubscribe().unwrap());
+    server.stop();
+}

@@ -451,3 +451,43 @@ fn a_listening_subscriber_is_not_idle() {
     );
     server.stop();
 }
+
+/// The kernel's keepalive timer on the server's side of `peer` (its local port), as
+/// `ss` shows it: `timer:(keepalive,…)`, or `None`.
+fn keepalive_timer(server_port: u16, client_port: u16) -> Option<String> {
+    let out = std::process::Command::new("ss")
+        .args(["-tnoH", "state", "established"])
+        .arg(format!(
+            "( sport = :{server_port} and dport = :{client_port} )"
+        ))
+        .output()
+        .expect("ss (iproute2) is installed");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.contains("keepalive").then_some(text)
+}
+
+#[test]
+fn a_tcp_subscriber_gets_keepalive_probes_and_a_plain_connection_does_not() {
+    let settings = ServerConfig::default().subscriber_ping_interval(Some(Duration::from_secs(5)));
+    let server = Served::start(demo::engine(Config::default()), settings);
+    let mut plain = tcp(server.tcp);
+    let mut sub = tcp(server.tcp);
+    let port = |c: &Lines<TcpStream>| c.r.get_ref().local_addr().unwrap().port();
+    sub.send(&call("subscribe_ticks", json!([60000]), 1));
+    plain.send(&call("ping", json!([]), 1));
+    sub.answer(&json!(1));
+    plain.answer(&json!(1));
+    // The server turns keepalive on within its once-a-second check.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while keepalive_timer(server.tcp.port(), port(&sub)).is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "no keepalive timer on the subscriber's socket"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let shown = keepalive_timer(server.tcp.port(), port(&sub)).unwrap_or_default();
+    assert!(shown.contains("timer:(keepalive,"), "{shown}");
+    assert_eq!(keepalive_timer(server.tcp.port(), port(&plain)), None);
+    server.stop();
+}

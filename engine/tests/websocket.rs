@@ -477,3 +477,45 @@ fn node_ws_client() {
     assert_eq!(got["fifty"], json!(fifty));
     server.stop();
 }
+
+/// A subscriber's WebSocket that goes quiet is pinged; answering keeps it, silence
+/// closes it (a vanished peer would otherwise hold its subscriptions for good). A
+/// WebSocket without subscriptions is left to the idle timeout: no pings.
+#[test]
+fn silent_subscribers_are_pinged_and_closed_when_they_stop_answering() {
+    let settings = ServerConfig::default().subscriber_ping_interval(Some(Duration::from_secs(1)));
+    let server = served(settings);
+    let mut quiet = Ws::connect(server.http, "");
+    let mut ws = Ws::connect(server.http, "");
+    // A tick a minute: nothing flows.
+    ws.text(r#"{"jsonrpc":"2.0","method":"subscribe_ticks","params":[60000],"id":1}"#);
+    assert!(ws.answer()["result"].is_u64());
+    for _ in 0..3 {
+        let (op, payload) = ws.next();
+        assert_eq!(op, 9, "a ping: {payload:?}");
+        ws.send(&frame(true, 10, &payload));
+    }
+    // Still served.
+    ws.pings();
+    // Now it answers nothing: a ping, then (no pong within the interval) a Close 1001
+    // and the end of the connection.
+    let (op, _) = ws.next();
+    assert_eq!(op, 9);
+    ws.closed_with(1001);
+    // The one with no subscription got nothing at all meanwhile.
+    quiet
+        .s
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut b = [0u8; 16];
+    assert!(
+        matches!(quiet.s.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "a connection without subscriptions is not pinged"
+    );
+    quiet
+        .s
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    quiet.pings();
+    server.stop();
+}

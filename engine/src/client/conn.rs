@@ -42,6 +42,9 @@ use crate::transport::websocket::{self, ClientFrame, WsDecoder, WsEvent};
 /// Bytes asked of each read(2).
 const READ_CHUNK: usize = 64 * 1024;
 
+/// The longest a pong (a few bytes) may take to write.
+const PONG_WRITE: Duration = Duration::from_secs(5);
+
 /// A connection with nothing in flight and no write for this long is checked, before
 /// the next request is written, for a close by the peer (servers drop idle keep-alive
 /// connections; ringrpc's after 300 s). The check is one non-blocking recv(2): on every
@@ -318,7 +321,7 @@ pub(crate) enum NoteWait {
 }
 
 /// What a server's notification (`method`, no `id`) says of a subscription.
-enum Note<'a> {
+pub(crate) enum Note<'a> {
     Result(&'a [Node<'a>]),
     Lagged(u64),
     Error(Error),
@@ -614,6 +617,39 @@ impl Conn {
             return Err(SendError::Failed(f.error()));
         }
         Ok(ticket)
+    }
+
+    /// Answers the ping waiting in the table now, if the writer is free (else its next
+    /// user sends the pong before its request). A server that pings a silent
+    /// subscriber closes it if no pong comes: a client that only reads notifications
+    /// must not wait for a request to answer.
+    fn pong_now(&self) {
+        let Some(mut guard) = self.take_writer(Instant::now()) else {
+            return;
+        };
+        let Some(w) = guard.writer.as_mut() else {
+            return;
+        };
+        let Some(ping) = lock(&self.table).pong.take() else {
+            return;
+        };
+        w.out.clear();
+        let mask = next_mask(&mut w.mask);
+        websocket::write_masked(&mut w.out, ClientFrame::Pong, &ping, mask);
+        let deadline = Instant::now() + PONG_WRITE;
+        let Writer {
+            stream,
+            out,
+            timeout,
+            ..
+        } = w;
+        if let Err(WriteError { error, .. }) = stream.write_all_within(out, deadline, timeout) {
+            self.fail(if is_timeout(&error) {
+                Failure::WriteTimeout
+            } else {
+                io_failure(&error)
+            });
+        }
     }
 
     /// Takes the writer, waiting for it at most until `deadline`.
@@ -943,6 +979,7 @@ impl Conn {
                     }
                     Some(WsEvent::Ping(payload)) => {
                         lock(&self.table).pong = Some(payload);
+                        self.pong_now();
                         continue;
                     }
                     Some(WsEvent::TooLarge) => Err(Failure::Protocol(Violation::TooLarge)),
@@ -1247,7 +1284,7 @@ fn register_sub(t: &mut Table, root: &[Node<'_>]) {
 /// `lagged`, `error` or `closed`), `Some(None)` for any other (ignored). `None` for
 /// what is not a notification (responses).
 #[allow(clippy::option_option)]
-fn notification<'a>(raw: RawCtx<'a>) -> Option<Option<(&'a Node<'a>, Note<'a>)>> {
+pub(crate) fn notification<'a>(raw: RawCtx<'a>) -> Option<Option<(&'a Node<'a>, Note<'a>)>> {
     let root = raw.root;
     if !matches!(root.first(), Some(Node::Object { .. })) {
         return None;
@@ -1275,9 +1312,12 @@ fn subscription_note<'a>(
     let (mut sub, mut note) = (None, None);
     for m in members(params) {
         match m.ok()? {
-            ("subscription", [id]) => sub = Some(id),
+            ("subscription", [id @ (Node::String(_) | Node::Static(_))]) => sub = Some(id),
             ("result", value @ [_, ..]) => note = Some(Note::Result(value)),
             ("lagged", [Node::Static(StaticNode::U64(n))]) => note = Some(Note::Lagged(*n)),
+            ("lagged", [Node::Static(StaticNode::I64(n))]) if *n >= 0 => {
+                note = Some(Note::Lagged(n.unsigned_abs()));
+            }
             ("error", value @ [_, ..]) => {
                 note = Some(Note::Error(match error_object(value) {
                     Ok(Body::Error {

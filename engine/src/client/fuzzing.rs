@@ -191,6 +191,96 @@ mod checks {
             other => panic!("frame_id failed with {other:?} for {:?}", ctx()),
         });
         assert_eq!(got, want, "routing id of {:?}", ctx());
+        check_notification(raw, json, frame);
+    }
+
+    /// A notification as the reference reads it: the subscription id and what it says.
+    #[derive(Debug, PartialEq)]
+    enum NoteRef {
+        Result(Json),
+        Lagged(u64),
+        /// An error object (code, message, data) or a malformed one.
+        Error(Option<(i32, String, Option<Json>)>),
+        Closed,
+    }
+
+    /// Checks `conn::notification` (what the client takes for a server's notification,
+    /// and what it says of a subscription) against the reference: an object with a
+    /// string `method` before any `id` and no `id` at all is a notification; of a
+    /// subscription when its (last) object `params` holds a scalar `subscription` and
+    /// one of `result`, `lagged` (an integer ≥ 0), `error` or `closed: true`, the
+    /// last of those counting.
+    fn check_notification(raw: RawCtx<'_>, json: &Json, frame: &[u8]) {
+        let got = crate::client::conn::notification(raw).map(|n| {
+            n.map(|(sub, note)| {
+                let note = match note {
+                    crate::client::conn::Note::Result(v) => NoteRef::Result(tape_json(v).0),
+                    crate::client::conn::Note::Lagged(n) => NoteRef::Lagged(n),
+                    crate::client::conn::Note::Closed => NoteRef::Closed,
+                    crate::client::conn::Note::Error(Error::Server(e)) => {
+                        let data = e.data.as_ref().map(|d| {
+                            reference_parse(d.as_bytes(), usize::MAX)
+                                .unwrap_or_else(|| panic!("error data {d:?} is not JSON"))
+                        });
+                        NoteRef::Error(Some((e.code, e.message, data)))
+                    }
+                    crate::client::conn::Note::Error(_) => NoteRef::Error(None),
+                };
+                (tape_json(std::slice::from_ref(sub)).0, note)
+            })
+        });
+        assert_eq!(
+            got,
+            reference_notification(json),
+            "notification {:?}",
+            show(frame)
+        );
+    }
+
+    #[allow(clippy::option_option)]
+    fn reference_notification(json: &Json) -> Option<Option<(Json, NoteRef)>> {
+        let Json::Obj(members) = json else {
+            return None;
+        };
+        let (mut method, mut params) = (false, None);
+        for (k, v) in members {
+            match (k.as_str(), v) {
+                ("id", _) => return None,
+                ("method", Json::Str(_)) => method = true,
+                ("params", p @ Json::Obj(_)) => params = Some(p),
+                _ => {}
+            }
+        }
+        if !method {
+            return None;
+        }
+        let Some(Json::Obj(members)) = params else {
+            return Some(None);
+        };
+        let (mut sub, mut note) = (None, None);
+        for (k, v) in members {
+            match (k.as_str(), v) {
+                ("subscription", Json::Arr(_) | Json::Obj(_)) => {}
+                ("subscription", id) => sub = Some(id.clone()),
+                ("result", v) => note = Some(NoteRef::Result(v.clone())),
+                ("lagged", Json::Num(Num::Int(n))) if *n >= 0 => {
+                    note = u64::try_from(*n).ok().map(NoteRef::Lagged).or(note);
+                }
+                ("error", e) => {
+                    note = Some(NoteRef::Error(match reference_error(e) {
+                        Ok(Resp::Error {
+                            code,
+                            message,
+                            data,
+                        }) => Some((code, message, data)),
+                        _ => None,
+                    }));
+                }
+                ("closed", Json::Bool(true)) => note = Some(NoteRef::Closed),
+                _ => {}
+            }
+        }
+        Some(sub.zip(note))
     }
 
     /// Checks `validate_response` on one value against the reference; returns the

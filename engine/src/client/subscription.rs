@@ -26,11 +26,13 @@ use super::conn::{Carry, Conn, NoteWait};
 use super::{write_call, Client, Error};
 use crate::codec::Id;
 
-/// A subscription id as the server answered it: a string or a number.
+/// A subscription id as the server answered it: a string or a number (an integer
+/// that is not negative is always `U64`, whichever way the parser stored it).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum SubId {
     Str(String),
     U64(u64),
+    /// Negative.
     I64(i64),
     F64(f64),
 }
@@ -41,7 +43,10 @@ impl SubId {
         Some(match node? {
             Node::String(s) => Self::Str((*s).to_owned()),
             Node::Static(StaticNode::U64(u)) => Self::U64(*u),
-            Node::Static(StaticNode::I64(i)) => Self::I64(*i),
+            Node::Static(StaticNode::I64(i)) => match u64::try_from(*i) {
+                Ok(u) => Self::U64(u),
+                Err(_) => Self::I64(*i),
+            },
             Node::Static(StaticNode::F64(f)) => Self::F64(*f),
             _ => return None,
         })
@@ -53,6 +58,7 @@ impl SubId {
         match (self, node) {
             (Self::Str(a), Node::String(b)) => a == b,
             (Self::U64(a), Node::Static(StaticNode::U64(b))) => a == b,
+            (Self::U64(a), Node::Static(StaticNode::I64(b))) => u64::try_from(*b) == Ok(*a),
             (Self::I64(a), Node::Static(StaticNode::I64(b))) => a == b,
             (Self::F64(a), Node::Static(StaticNode::F64(b))) => a == b,
             _ => false,

@@ -137,6 +137,10 @@ pub(crate) struct Conn {
     pub(crate) subs: RefCell<Vec<Arc<SubState>>>,
     /// Subscriptions with notifications left for when the output drains.
     pub(crate) push_waiting: Vec<Arc<SubState>>,
+    /// A subscriber's liveness check: when the WebSocket Ping went unanswered so far.
+    pub(crate) ping_sent: Option<Instant>,
+    /// TCP keepalive was turned on (once the connection subscribed).
+    pub(crate) keepalive: bool,
     _open: OpenGuard,
 }
 
@@ -178,6 +182,8 @@ impl Conn {
             held: false,
             subs: RefCell::new(Vec::new()),
             push_waiting: Vec::new(),
+            ping_sent: None,
+            keepalive: false,
             _open: open,
         }
     }

@@ -334,6 +334,9 @@ fn serve(parts: Parts) -> io::Result<()> {
             if let Some(limit) = ctx.settings.request_read_timeout {
                 slow_senders(&ctx, &mut conns, &poll, limit);
             }
+            if let Some(every) = ctx.settings.subscriber_ping_interval {
+                subscribers_alive(&ctx, &mut conns, &poll, every);
+            }
             if let Some(idle) = ctx.settings.idle_timeout {
                 // A connection with subscriptions is listening, not idle.
                 let stale: Vec<usize> = conns
@@ -434,6 +437,63 @@ fn serve(parts: Parts) -> io::Result<()> {
     }
     drop(conns);
     Ok(())
+}
+
+/// Checks connections holding subscriptions for a live peer (see
+/// [`ServerConfig::subscriber_ping_interval`](crate::ServerConfig::subscriber_ping_interval)):
+/// TCP keepalive turned on once, a Ping to a silent WebSocket, and a WebSocket that
+/// answered nothing within `every` of its Ping closed.
+fn subscribers_alive(ctx: &Ctx, conns: &mut Slab<Conn>, poll: &mio::Poll, every: Duration) {
+    let mut dead = Vec::new();
+    for (k, c) in conns.iter_mut() {
+        if c.read_closed || c.subs.borrow().iter().all(|s| s.finished()) {
+            c.ping_sent = None;
+            continue;
+        }
+        if !c.keepalive {
+            c.keepalive = true;
+            if let Stream::Tcp(s) = &c.stream {
+                let probes = socket2::TcpKeepalive::new()
+                    .with_time(every)
+                    .with_interval((every / 3).max(Duration::from_secs(1)))
+                    .with_retries(3);
+                // Best effort: without it, only the WebSocket Ping finds a dead peer.
+                let _ = socket2::SockRef::from(s).set_tcp_keepalive(&probes);
+            }
+        }
+        if !matches!(c.decoder, Decoder::Ws(_)) {
+            continue;
+        }
+        match c.ping_sent {
+            Some(at) if c.last_active >= at => c.ping_sent = None,
+            Some(at) if at.elapsed() >= every => {
+                dead.push(k);
+                continue;
+            }
+            Some(_) => continue,
+            None => {}
+        }
+        if c.last_active.elapsed() >= every {
+            let mark = c.out.len();
+            websocket::write_ping(&mut c.out, b"ringrpc");
+            queue_if_behind(c, mark);
+            c.flush();
+            c.ping_sent = Some(Instant::now());
+        }
+    }
+    for k in dead {
+        let Some(c) = conns.get_mut(k) else { continue };
+        tracing::debug!(
+            peer = %c.info.peer(),
+            "a subscriber's WebSocket did not answer a ping: closed"
+        );
+        // It answers nothing: a Close is written for form's sake, and the connection
+        // dropped without waiting for the peer's.
+        websocket::write_close(&mut c.out, Some(websocket::GOING_AWAY), "no answer to ping");
+        c.flush();
+        c.broken = true;
+        close(ctx, poll, conns, k);
+    }
 }
 
 /// At shutdown, an HTTP connection's last answer says `Connection: close`, so the

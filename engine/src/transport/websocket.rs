@@ -117,6 +117,11 @@ pub(crate) fn accept_value(key: &[u8]) -> [u8; 28] {
     accept
 }
 
+/// Appends a ping (the server asking a silent peer whether it is still there).
+pub(crate) fn write_ping(out: &mut Vec<u8>, payload: &[u8]) {
+    write_frame(out, PING, payload);
+}
+
 /// Appends a pong answering a ping with `payload`.
 pub(crate) fn write_pong(out: &mut Vec<u8>, payload: &[u8]) {
     write_frame(out, PONG, payload);
