@@ -389,69 +389,95 @@ fn a_subscribe_notification_opens_no_subscription() {
 }
 
 /// A key removed from the key file (`Guard::reload`) is refused from the connection's
-/// next call on, but the subscriptions that identity opened keep pushing to it: the
-/// revoked client goes on receiving data.
+/// next call on, and the subscriptions that identity opened end with it: the client is
+/// told once (-32040, reason `unauthenticated`) and gets nothing more — also when it
+/// makes no call at all (the server finds the revocation itself).
 #[test]
 fn a_revoked_key_stops_its_subscriptions() {
-    let path = std::env::temp_dir().join(format!(
-        "ringrpc-ws-review-{}-revoke.toml",
-        std::process::id()
-    ));
-    let keys = "[[key]]\nname = \"reader\"\ntoken = \"r3ader\"\nallow = [\"*\"]\n";
-    std::fs::write(&path, keys).unwrap();
-    let guard = Guard::new().with_key_file(&path).unwrap();
-    let engine = Arc::new(demo::engine(Config::default()).with_guard(guard));
-    let server = Served::start(Arc::clone(&engine) as Arc<Engine>, ServerConfig::default());
-    let s = connect(server.tcp);
-    let mut r = BufReader::new(s);
-    let send = |r: &mut BufReader<TcpStream>, v: Value| {
-        let mut line = serde_json::to_vec(&v).unwrap();
-        line.push(b'\n');
-        r.get_mut().write_all(&line).unwrap();
-    };
-    let next = |r: &mut BufReader<TcpStream>| -> Option<Value> {
-        let mut line = String::new();
-        match r.read_line(&mut line) {
-            Ok(n) if n > 0 => Some(serde_json::from_str(&line).unwrap()),
-            _ => None,
-        }
-    };
-    send(
-        &mut r,
-        json!({"jsonrpc":"2.0","method":"rpc.auth","params":{"token":"r3ader"},"id":1}),
-    );
-    assert_eq!(next(&mut r).unwrap()["result"]["identity"], "reader");
-    send(
-        &mut r,
-        json!({"jsonrpc":"2.0","method":"subscribe_ticks","params":[5],"id":2}),
-    );
-    assert!(next(&mut r).unwrap()["result"].is_u64());
-    assert_eq!(next(&mut r).unwrap()["method"], "tick");
-    // The reader's key is revoked.
-    std::fs::write(
-        &path,
-        "[[key]]\nname = \"ops\"\ntoken = \"0ps\"\nallow = [\"*\"]\n",
-    )
-    .unwrap();
-    engine.guard().unwrap().reload().unwrap();
-    let _ = std::fs::remove_file(&path);
-    send(&mut r, json!({"jsonrpc":"2.0","method":"ping","id":3}));
-    loop {
-        let v = next(&mut r).expect("the ping's answer");
-        if v["id"] == 3 {
-            assert_eq!(v["error"]["code"], -32040, "{v}");
-            break;
-        }
-    }
-    // Ticks every 5 ms: half a second of silence is what a revoked client should get
-    // (the read timeout only bounds the wait).
-    r.get_mut()
-        .set_read_timeout(Some(Duration::from_millis(500)))
+    for call_after in [true, false] {
+        let path = std::env::temp_dir().join(format!(
+            "ringrpc-ws-review-{}-revoke-{call_after}.toml",
+            std::process::id()
+        ));
+        let keys = "[[key]]\nname = \"reader\"\ntoken = \"r3ader\"\nallow = [\"*\"]\n";
+        std::fs::write(&path, keys).unwrap();
+        let guard = Guard::new().with_key_file(&path).unwrap();
+        let engine = Arc::new(demo::engine(Config::default()).with_guard(guard));
+        let server = Served::start(Arc::clone(&engine) as Arc<Engine>, ServerConfig::default());
+        let s = connect(server.tcp);
+        let mut r = BufReader::new(s);
+        let send = |r: &mut BufReader<TcpStream>, v: Value| {
+            let mut line = serde_json::to_vec(&v).unwrap();
+            line.push(b'\n');
+            r.get_mut().write_all(&line).unwrap();
+        };
+        let next = |r: &mut BufReader<TcpStream>| -> Option<Value> {
+            let mut line = String::new();
+            match r.read_line(&mut line) {
+                Ok(n) if n > 0 => Some(serde_json::from_str(&line).unwrap()),
+                _ => None,
+            }
+        };
+        send(
+            &mut r,
+            json!({"jsonrpc":"2.0","method":"rpc.auth","params":{"token":"r3ader"},"id":1}),
+        );
+        assert_eq!(next(&mut r).unwrap()["result"]["identity"], "reader");
+        send(
+            &mut r,
+            json!({"jsonrpc":"2.0","method":"subscribe_ticks","params":[5],"id":2}),
+        );
+        let sub = next(&mut r).unwrap()["result"].clone();
+        assert!(sub.is_u64());
+        assert_eq!(next(&mut r).unwrap()["method"], "tick");
+        // The reader's key is revoked.
+        std::fs::write(
+            &path,
+            "[[key]]\nname = \"ops\"\ntoken = \"0ps\"\nallow = [\"*\"]\n",
+        )
         .unwrap();
-    let after = next(&mut r);
-    assert!(
-        after.is_none(),
-        "notifications still flow to a revoked identity: {after:?}"
-    );
-    server.stop();
+        engine.guard().unwrap().reload().unwrap();
+        let _ = std::fs::remove_file(&path);
+        if call_after {
+            send(&mut r, json!({"jsonrpc":"2.0","method":"ping","id":3}));
+        }
+        // Ticks until the revocation is found, then its one error notification (and,
+        // after a call, the call's refusal, in either order).
+        let mut told = false;
+        let mut refused = !call_after;
+        let mut ticks_after = 0;
+        while !(told && refused) {
+            let v = next(&mut r).expect("the revocation's notification and answer");
+            if v["id"] == 3 {
+                assert_eq!(v["error"]["code"], -32040, "{v}");
+                refused = true;
+            } else if v["params"].get("error").is_some() {
+                assert!(!told, "told twice: {v}");
+                assert_eq!(v["params"]["subscription"], sub, "{v}");
+                assert_eq!(v["params"]["error"]["code"], -32040, "{v}");
+                assert_eq!(
+                    v["params"]["error"]["data"]["reason"], "unauthenticated",
+                    "{v}"
+                );
+                told = true;
+            } else {
+                assert!(!told, "a tick after the subscription ended: {v}");
+                assert_eq!(v["method"], "tick", "{v}");
+                ticks_after += 1;
+                // 5 ms ticks: 10 s of them, and the revocation still not found.
+                assert!(ticks_after < 2000, "the revoked subscription goes on");
+            }
+        }
+        // Ticks every 5 ms: half a second of silence is what a revoked client should
+        // get (the read timeout only bounds the wait).
+        r.get_mut()
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let after = next(&mut r);
+        assert!(
+            after.is_none(),
+            "notifications still flow to a revoked identity: {after:?}"
+        );
+        server.stop();
+    }
 }

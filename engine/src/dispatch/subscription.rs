@@ -91,8 +91,9 @@ pub enum SinkClosed {
     /// The server ended it ([`Sink::close`]).
     #[error("the subscription was ended by the server")]
     Closed,
-    /// The identity that opened it is no longer authenticated (its key was revoked);
-    /// found at the connection's next call.
+    /// The identity that opened it is no longer authenticated (its key was revoked by
+    /// a reload); found within a second, or at the connection's next call. The peer
+    /// gets an error notification (-32040, reason `unauthenticated`).
     #[error("the subscription's identity lost its credentials")]
     Revoked,
 }
@@ -173,6 +174,8 @@ enum CloseNote {
     Lagged,
     /// `"closed":true`.
     Closed,
+    /// `"error"` -32040 with reason `unauthenticated`.
+    Revoked,
 }
 
 #[derive(Debug, Default)]
@@ -253,10 +256,20 @@ impl SubState {
         let first = st.closed.is_none();
         st.closed.get_or_insert(why);
         match why {
-            SinkClosed::Unsubscribed | SinkClosed::ConnectionClosed | SinkClosed::Revoked => {
+            SinkClosed::Unsubscribed | SinkClosed::ConnectionClosed => {
                 st.items.clear();
                 st.dropped = 0;
                 st.close_note = None;
+            }
+            SinkClosed::Revoked => {
+                // Nothing more for an identity that lost its credentials, but the
+                // peer is told why its subscription ended.
+                st.items.clear();
+                st.dropped = 0;
+                st.close_note = first.then_some(CloseNote::Revoked);
+                if first {
+                    self.schedule(&mut st);
+                }
             }
             SinkClosed::Closed if first => {
                 // The peer is told, after what is still queued.
@@ -303,6 +316,9 @@ impl SubState {
             note.extend_from_slice(match st.close_note.take() {
                 Some(CloseNote::Lagged) => {
                     br#""error":{"code":-32000,"message":"Server busy: the subscription was ended, its client reads too slowly","data":{"reason":"lagged"}}}}"#
+                }
+                Some(CloseNote::Revoked) => {
+                    br#""error":{"code":-32040,"message":"Unauthenticated: the subscription's credentials were revoked","data":{"reason":"unauthenticated"}}}}"#
                 }
                 _ => br#""closed":true}}"#,
             });

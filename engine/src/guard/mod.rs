@@ -433,6 +433,22 @@ impl Guard {
 
     /// After a reload: the session's identity again, from the new keys.
     #[cold]
+    /// Whether the identity of `source`'s session lost its credentials since it was
+    /// last looked up: keys are required, a reload happened, and the current keys no
+    /// longer know it. (For subscribers, whose connections may make no further call.)
+    pub(crate) fn revoked(&self, source: &Source<'_>) -> bool {
+        let Some(session) = source.session.filter(|_| self.required) else {
+            return false;
+        };
+        let mut st = session.state.borrow_mut();
+        let generation = self.generation.load(Ordering::Acquire);
+        if st.generation == generation || st.principal.is_none() {
+            return false;
+        }
+        self.refresh(&mut st, source, generation);
+        st.principal.is_none()
+    }
+
     fn refresh(&self, st: &mut State, source: &Source<'_>, generation: u64) {
         let keys = self.keys();
         let principal = match st.via {

@@ -337,6 +337,9 @@ fn serve(parts: Parts) -> io::Result<()> {
             if let Some(every) = ctx.settings.subscriber_ping_interval {
                 subscribers_alive(&ctx, &mut conns, &poll, every);
             }
+            if let Some(guard) = ctx.engine.guard() {
+                revoke_subscribers(&ctx, &mut conns, guard);
+            }
             if let Some(idle) = ctx.settings.idle_timeout {
                 // A connection with subscriptions is listening, not idle.
                 let stale: Vec<usize> = conns
@@ -493,6 +496,27 @@ fn subscribers_alive(ctx: &Ctx, conns: &mut Slab<Conn>, poll: &mio::Poll, every:
         c.flush();
         c.broken = true;
         close(ctx, poll, conns, k);
+    }
+}
+
+/// Ends the subscriptions of connections whose identity a key reload revoked: a
+/// subscriber may make no further call to find out at.
+fn revoke_subscribers(ctx: &Ctx, conns: &mut Slab<Conn>, guard: &crate::guard::Guard) {
+    for (key, c) in conns.iter() {
+        if c.subs.borrow().iter().all(|s| s.finished()) {
+            continue;
+        }
+        let push = PushTo {
+            queue: &ctx.push,
+            conn: (key, c.generation),
+            subs: &c.subs,
+        };
+        let source = Source::new(&c.info)
+            .with_push(push)
+            .with_session(&c.session);
+        if guard.revoked(&source) {
+            push.close_all(SinkClosed::Revoked);
+        }
     }
 }
 
