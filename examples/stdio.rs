@@ -8,7 +8,9 @@
 //!
 //! One response line per answered request. Output is flushed whenever reading more
 //! input would block, when the pending output grows past 64 KiB, and at end of input;
-//! then the process exits 0.
+//! then the process exits 0. Subscriptions push too: after
+//! `{"jsonrpc":"2.0","method":"subscribe_ticks","params":[1000],"id":1}` a `tick`
+//! notification comes every second, until `unsubscribe_ticks` or the end of input.
 
 use clap::Parser;
 use ringrpc::{demo, server::serve_stdio, Config};

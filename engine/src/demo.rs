@@ -15,7 +15,7 @@
 //! | `incr` | `[n]` (default 1) | adds `n` to the engine's counter, answers the new value; marked for de-duplication ([`crate::dedup`]), so a retried call does not add twice |
 //! | `get_counter` | none | the counter's value |
 //! | `update`, `notify_hello`, `notify_sum` | anything | notifications: no answer |
-//! | `subscribe_ticks` | `[interval_ms]` (0.001 ≤ interval_ms ≤ 60000; fractions for measuring push) | a subscription id; then notifications `tick` with `{"subscription": ID, "result": N}`, N = 0, 1, 2, … every interval (WebSocket, TCP, Unix) |
+//! | `subscribe_ticks` | `[interval_ms]` (0.001 ≤ interval_ms ≤ 60000; fractions for measuring push) | a subscription id; then notifications `tick` with `{"subscription": ID, "result": N}`, N = 0, 1, 2, … every interval (WebSocket, TCP, Unix, stdio) |
 //! | `unsubscribe_ticks` | `[ID]` | `true` (`false` for an id that is not the connection's); no `tick` of it follows |
 //!
 //! Integers are `i64`; overflow is answered with `-32602`. `foobar` does not exist.

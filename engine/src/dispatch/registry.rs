@@ -276,9 +276,9 @@ impl RegistryBuilder {
     /// is not one of the connection's subscriptions. A closing connection ends its
     /// subscriptions; a sink then refuses sends ([`SinkClosed`]).
     ///
-    /// Subscriptions need a connection that carries notifications: WebSocket, TCP or
-    /// Unix. Over HTTP (or the no-I/O API) the subscribe call is answered `-32601` with
-    /// reason `push_unsupported`. Queues and lagging: [`SubscriptionConfig::default`]
+    /// Subscriptions need a connection that carries notifications: WebSocket, TCP, Unix
+    /// or stdio. Over HTTP (or the no-I/O API) the subscribe call is answered `-32601`
+    /// with reason `push_unsupported`. Queues and lagging: [`SubscriptionConfig::default`]
     /// (see [`RegistryBuilder::subscription_with`]).
     ///
     /// ```
@@ -296,7 +296,7 @@ impl RegistryBuilder {
     ///         Ok(())
     ///     })?;
     /// let engine = Engine::new(methods.freeze(), Config::default());
-    /// // Served over WebSocket, TCP or Unix it pushes; the no-I/O API cannot.
+    /// // Served over WebSocket, TCP, Unix or stdio it pushes; the no-I/O API cannot.
     /// let mut out = Vec::new();
     /// let _ = engine.handle(br#"{"jsonrpc":"2.0","method":"subscribe_prices","id":1}"#,
     ///     &mut engine.scratch(), &mut out);
@@ -348,7 +348,7 @@ impl RegistryBuilder {
                     Reason::PushUnsupported,
                     format!(
                         "Method not found: {} is a subscription, and this transport cannot \
-                         carry its notifications (use WebSocket, TCP or Unix)",
+                         carry its notifications (use WebSocket, TCP, Unix or stdio)",
                         ctx.method()
                     ),
                 ));

@@ -1,6 +1,6 @@
 //! Subscriptions: server push over a connection that can carry it (WebSocket, TCP,
-//! Unix). A subscribe call answers a subscription id and hands its handler a [`Sink`];
-//! the sink pushes notifications from any thread:
+//! Unix, stdio). A subscribe call answers a subscription id and hands its handler a
+//! [`Sink`]; the sink pushes notifications from any thread:
 //!
 //! ```text
 //! {"jsonrpc":"2.0","method":NOTIFICATION,"params":{"subscription":ID,"result":VALUE}}
@@ -19,6 +19,10 @@
 //! notifications are dropped and a `lagged` notification counts them
 //! ([`Lagging::DropOldest`], the default), or the subscription is ended with an error
 //! notification ([`Lagging::Close`]). Neither the producer nor the reactor ever waits.
+//!
+//! On stdio the loop reading stdin plays the reactor's part: it waits on stdin and the
+//! queue's waker together, and writes notifications between answers. Its writes to
+//! stdout block while the peer does not read; the producers still never wait.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;

@@ -1123,7 +1123,8 @@ fn answer(
         Some((_, request_head, budget)) => {
             Source::http(&conn.info, request_head).with_header_budget(budget)
         }
-        // Connections that can carry notifications: TCP, Unix, WebSocket.
+        // Connections that can carry notifications: TCP, Unix, WebSocket (and stdio,
+        // served elsewhere).
         None => Source::new(&conn.info).with_push(PushTo {
             queue: &ctx.push,
             conn: (key, conn.generation),
