@@ -2,7 +2,7 @@
 //! small scripted servers that misbehave on purpose (reverse order, closing mid-call,
 //! never answering, broken JSON, dropping the first connection of a retried call).
 
-use std::io::{BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 #[path = "util/peer.rs"]
 mod peer;
-use peer::{answer, read_http, read_request};
+use peer::{answer, read_http, read_request, scripted};
 
 /// The ringrpc demo server on all three transports.
 struct Running {
@@ -191,24 +191,6 @@ fn many_threads_pipeline_on_one_connection() {
         drop(c.start("sleep", json!({"ms": 50})).unwrap());
         assert_eq!(c.call::<i64, _>("add", [1, 1]).unwrap(), 2);
     }
-}
-
-/// A one-connection-at-a-time TCP server running `script` for each accepted connection
-/// (numbered from 0) until it returns false.
-fn scripted(
-    script: impl Fn(usize, BufReader<TcpStream>) -> bool + Send + 'static,
-) -> (SocketAddr, JoinHandle<()>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let t = std::thread::spawn(move || {
-        for (n, s) in l.incoming().enumerate() {
-            let s = s.unwrap();
-            if !script(n, BufReader::new(s)) {
-                return;
-            }
-        }
-    });
-    (addr, t)
 }
 
 #[test]

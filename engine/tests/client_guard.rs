@@ -8,7 +8,6 @@
 //! Every client has a timeout, so a hang fails the test instead of stalling it.
 
 #[path = "util/peer.rs"]
-#[allow(dead_code)] // `read_http` is not needed here
 mod peer;
 mod util;
 

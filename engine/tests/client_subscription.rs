@@ -4,8 +4,7 @@
 
 mod util;
 
-use std::io::{BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Write;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -16,9 +15,8 @@ use serde_json::{json, Value};
 use util::server::Served;
 
 #[path = "util/peer.rs"]
-#[allow(dead_code)] // read_http: not used here
 mod peer;
-use peer::{answer, read_request};
+use peer::{answer, read_request, scripted};
 
 fn served() -> Served {
     Served::start(demo::engine(Config::default()), ServerConfig::default())
@@ -217,23 +215,6 @@ fn http_clients_cannot_subscribe() {
         .unwrap_err();
     assert!(matches!(e, Error::PushUnsupported), "{e:?}");
     server.stop();
-}
-
-/// A TCP server running `script` for each accepted connection (numbered from 0) until
-/// it returns false.
-fn scripted(
-    script: impl Fn(usize, BufReader<TcpStream>) -> bool + Send + 'static,
-) -> (SocketAddr, JoinHandle<()>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let t = std::thread::spawn(move || {
-        for (n, s) in l.incoming().enumerate() {
-            if !script(n, BufReader::new(s.unwrap())) {
-                return;
-            }
-        }
-    });
-    (addr, t)
 }
 
 fn note(sub: Value, member: &str, value: Value) -> Value {

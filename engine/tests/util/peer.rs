@@ -1,10 +1,29 @@
 //! A scripted peer's moves (newline-delimited, and reading HTTP requests), for tests that
 //! play the server by hand.
+#![allow(dead_code)] // each test binary uses some of it
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::thread::JoinHandle;
 
 use serde_json::Value;
+
+/// A one-connection-at-a-time TCP server running `script` for each accepted connection
+/// (numbered from 0) until it returns false.
+pub fn scripted(
+    script: impl Fn(usize, BufReader<TcpStream>) -> bool + Send + 'static,
+) -> (SocketAddr, JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let t = std::thread::spawn(move || {
+        for (n, s) in l.incoming().enumerate() {
+            if !script(n, BufReader::new(s.unwrap())) {
+                return;
+            }
+        }
+    });
+    (addr, t)
+}
 
 /// Reads one request line; `None` at end of stream or on an error.
 pub fn read_request(r: &mut BufReader<TcpStream>) -> Option<Value> {
