@@ -32,7 +32,7 @@ pub use engine::{check_differential, check_engine};
 pub use http::check_http;
 pub use lines::check_lines;
 pub use reference::number_tokens;
-pub use websocket::check_websocket;
+pub use websocket::{check_websocket, frame_all as ws_frame_all};
 
 #[cfg(feature = "client")]
 pub use crate::client::fuzzing::check_client;

@@ -60,3 +60,24 @@ fn feed<'p>(max: usize, pieces: impl IntoIterator<Item = &'p [u8]>) -> Vec<WsEve
     }
     events
 }
+
+/// For the `ws_framing` bench (not a fuzz target): the server's framing work on every
+/// message in `buf`, through the code the reactor runs — each frame decoded off the
+/// buffer (header, unmasking in place, the UTF-8 check) and split off, then `answer`
+/// written as a text message into `out` in place (room for the header reserved first,
+/// the header written after). Returns the messages handled.
+pub fn frame_all(buf: &mut BytesMut, out: &mut Vec<u8>, answer: &[u8]) -> usize {
+    use crate::transport::websocket::{begin_message, finish_message};
+    let mut dec = WsDecoder::new(1 << 20);
+    let mut n = 0;
+    while let Some(event) = dec.decode(buf) {
+        if let WsEvent::Message(request) = event {
+            std::hint::black_box(&request);
+            let mark = begin_message(out);
+            out.extend_from_slice(answer);
+            finish_message(out, mark);
+            n += 1;
+        }
+    }
+    n
+}

@@ -6,7 +6,10 @@
 //! Why not `tungstenite`: its protocol layer owns the stream and hands each message
 //! over as a buffer of its own (an allocation and a copy per message); the framing is
 //! small, and here it shares the read buffer, limits and backpressure of the other
-//! transports. The decoder is fuzzed for split-invariance (`fuzz/`).
+//! transports. Measured (`benches/benches/ws_framing.rs`): reading a 60-byte request
+//! and framing a 40-byte answer costs 36–43 ns here against 108–129 ns through
+//! tungstenite 0.27's `WebSocket` (2.9–3.0×). The decoder is fuzzed for
+//! split-invariance (`fuzz/`).
 
 use bytes::{Buf, BytesMut};
 use sha1::{Digest, Sha1};
