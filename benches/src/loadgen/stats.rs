@@ -1,0 +1,121 @@
+//! Counters and latency histograms, per thread, merged at the end.
+
+use std::fmt;
+use std::time::Instant;
+
+use hdrhistogram::Histogram;
+
+#[derive(Clone, Copy)]
+pub(crate) enum Problem {
+    // Errors.
+    Closed,
+    Io,
+    Stalled,
+    Unanswered,
+    BadFrame,
+    BadResponse,
+    RpcError,
+    HttpStatus,
+    // Mismatches.
+    UnknownId,
+    WrongResult,
+    Missing,
+}
+
+pub(crate) const PROBLEMS: [(&str, bool); 11] = [
+    ("closed_by_server", false),
+    ("io", false),
+    ("stalled", false),
+    ("unanswered", false),
+    ("bad_frame", false),
+    ("bad_response", false),
+    ("rpc_error", false),
+    ("http_status", false),
+    ("unknown_id", true),
+    ("wrong_result", true),
+    ("missing_answer", true),
+];
+
+/// Diagnostics printed per thread before going quiet.
+pub(crate) const MAX_REPORTS: u32 = 8;
+
+pub(crate) struct Stats {
+    /// Measured messages written / completely answered, and their calls answered.
+    pub(crate) requests: u64,
+    pub(crate) responses: u64,
+    pub(crate) elements: u64,
+    /// All messages answered, warm-up included (for the progress line).
+    pub(crate) all_responses: u64,
+    pub(crate) problems: [u64; PROBLEMS.len()],
+    pub(crate) hist: Histogram<u64>,
+    pub(crate) last_done: Option<Instant>,
+    pub(crate) reports: u32,
+    pub(crate) thread: usize,
+}
+
+impl Stats {
+    pub(crate) fn new(thread: usize) -> Stats {
+        Stats {
+            requests: 0,
+            responses: 0,
+            elements: 0,
+            all_responses: 0,
+            problems: [0; PROBLEMS.len()],
+            // 1 ns to 100 s, 3 significant digits; allocated once.
+            hist: Histogram::new_with_bounds(1, 100_000_000_000, 3)
+                .unwrap_or_else(|_| Histogram::new(3).expect("a 3-digit histogram")),
+            last_done: None,
+            reports: 0,
+            thread,
+        }
+    }
+
+    pub(crate) fn problem(&mut self, p: Problem, n: u64, conn: usize, what: fmt::Arguments<'_>) {
+        if n == 0 {
+            return;
+        }
+        self.problems[p as usize] += n;
+        if self.reports < MAX_REPORTS {
+            eprintln!(
+                "loadgen: connection {conn}: {}: {what}",
+                PROBLEMS[p as usize].0
+            );
+        } else if self.reports == MAX_REPORTS {
+            eprintln!(
+                "loadgen: thread {}: further problems are counted, not printed",
+                self.thread
+            );
+        }
+        self.reports = self.reports.saturating_add(1);
+    }
+
+    pub(crate) fn errors(&self) -> u64 {
+        PROBLEMS
+            .iter()
+            .zip(&self.problems)
+            .filter(|(p, _)| !p.1)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    pub(crate) fn mismatches(&self) -> u64 {
+        PROBLEMS
+            .iter()
+            .zip(&self.problems)
+            .filter(|(p, _)| p.1)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    pub(crate) fn merge(&mut self, o: &Stats) {
+        self.requests += o.requests;
+        self.responses += o.responses;
+        self.elements += o.elements;
+        self.all_responses += o.all_responses;
+        for (a, b) in self.problems.iter_mut().zip(&o.problems) {
+            *a += b;
+        }
+        let _ = self.hist.add(&o.hist);
+        self.last_done = self.last_done.max(o.last_done);
+    }
+}
