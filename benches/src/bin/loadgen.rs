@@ -5,6 +5,7 @@
 //! cargo run --release -p benches --bin loadgen -- (--tcp ADDR | --http URL | --ws URL)
 //!     [--connections 16] [--depth 1] [--batch 0] [--mix subtract:1]
 //!     [--duration SECS | --count N] [--warmup SECS] [--threads 1] [--no-verify]
+//!     [--rate N]
 //! ```
 //!
 //! Each connection keeps `--depth` messages in flight (written back to back: pipelining,
@@ -14,7 +15,7 @@
 //! calls cycle through `--mix` (`subtract:3,ping:1,echo:1,add:1`; a weight defaults to
 //! one) over the demo methods: `subtract` `[42,23]` → 19, `add` `[a,b]` → a+b, `sum`
 //! `[1,2,3,4]` → 10, `ping` → `"pong"`, `echo` (a small object) → the params,
-//! `get_data` → `["hello",5]`, `sleep` `{"ms":--sleep-ms}` → null.
+//! `get_data` → `["hello",5]`, `sleep` `{"ms":--sleep-ms}` → null, `delay` `[--sleep-ms]` → null.
 //!
 //! Every response is verified (unless `--no-verify`, for a server with a fixed answer):
 //! a JSON-RPC 2.0 response whose id is one this connection has outstanding, answered
@@ -25,7 +26,18 @@
 //! 1 when any occurred (with `--no-verify`: any transport error), 2 on a usage or connect
 //! failure.
 //!
-//! Latency is measured per message, from its write to its complete answer, into an
+//! Closed loop (the default): each connection sends as soon as it has room. Open loop
+//! (`--rate N`): messages are due on a fixed schedule, N per second in all, connection
+//! `i`'s at `(i + k * connections) / N` s; one due while its connection has `--depth` in
+//! flight waits, and its latency counts from its due time, not its write, so a server
+//! that stalls is charged for every call it delayed (coordinated omission corrected, as
+//! wrk2 does). A timer fd in the poll wakes the thread at each due time. The summary then
+//! adds `rate` and `service_us` (the same run measured from the writes, as a closed-loop
+//! tool would report it). In duration mode every message due in the window is sent,
+//! however late: a server slower than the rate makes the run last longer.
+//!
+//! Latency is measured per message, from its write (open loop: its due time) to its
+//! complete answer, into an
 //! HdrHistogram per thread (nanoseconds, merged at the end; reported in µs). Messages
 //! written during `--warmup` are answered and verified but not counted. A progress line
 //! goes to stderr every second; the JSON summary to stdout at the end.

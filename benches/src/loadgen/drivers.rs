@@ -8,8 +8,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use std::os::fd::{AsRawFd, OwnedFd};
+
 use mio::net::TcpStream;
+use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
+use rustix::time::{
+    timerfd_create, timerfd_settime, Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags,
+    Timespec,
+};
 
 use super::output::{Progress, START};
 use super::stats::{Problem, Stats};
@@ -20,7 +27,11 @@ use super::workload::{Plan, Transport, ID_BASE, ID_END};
 pub(crate) struct MsgSlot {
     pub(crate) template: u32,
     pub(crate) gen: u64,
+    /// When it was due: its write in closed loop, its place in the schedule in open loop
+    /// (latency is measured from here, so a stall is charged for the calls it delayed).
     pub(crate) sent: Instant,
+    /// When it was written (open loop: the service time is measured from here).
+    pub(crate) written: Instant,
     pub(crate) remaining: u32,
     pub(crate) measured: bool,
 }
@@ -49,6 +60,7 @@ impl Track {
                     template: 0,
                     gen: 0,
                     sent: now,
+                    written: now,
                     remaining: 0,
                     measured: false,
                 };
@@ -76,10 +88,10 @@ impl Track {
         if s.measured {
             stats.responses += 1;
             stats.elements += plan.templates[s.template as usize].calls.len() as u64;
-            let ns = now.saturating_duration_since(s.sent).as_nanos();
-            stats
-                .hist
-                .saturating_record(u64::try_from(ns).unwrap_or(u64::MAX).max(1));
+            stats.record(now.saturating_duration_since(s.sent));
+            if plan.rate.is_some() {
+                stats.record_service(now.saturating_duration_since(s.written));
+            }
             stats.last_done = Some(now);
         }
         self.free.push(m as u32);
@@ -116,6 +128,9 @@ pub(crate) struct Conn {
     pub(crate) quota: u64,
     pub(crate) last_rx: Instant,
     pub(crate) dead: bool,
+    /// Open loop: when the next message is due, and the time between two.
+    pub(crate) next_due: Instant,
+    pub(crate) interval: Duration,
 }
 
 /// What the steady state needs from the run, per thread.
@@ -125,16 +140,36 @@ pub(crate) struct Clock {
 }
 
 impl Conn {
-    pub(crate) fn may_send(&self, now: Instant, clock: &Clock) -> bool {
+    /// Whether a message due at `at` is part of the run (warm-up, the measured window or
+    /// the count not yet reached).
+    pub(crate) fn may_send(&self, at: Instant, clock: &Clock) -> bool {
         !self.dead
             && match clock.end {
-                Some(end) => now < end,
-                None => now < clock.measure_from || self.quota > 0,
+                Some(end) => at < end,
+                None => at < clock.measure_from || self.quota > 0,
             }
     }
 
-    pub(crate) fn finished(&self, now: Instant, clock: &Clock) -> bool {
-        self.dead || (self.track.in_flight == 0 && !self.may_send(now, clock))
+    /// When the next message may be sent: now in closed loop, its due time in open loop.
+    fn due(&self, now: Instant, plan: &Plan) -> Instant {
+        if plan.rate.is_some() {
+            self.next_due
+        } else {
+            now
+        }
+    }
+
+    pub(crate) fn finished(&self, now: Instant, plan: &Plan, clock: &Clock) -> bool {
+        self.dead || (self.track.in_flight == 0 && !self.may_send(self.due(now, plan), clock))
+    }
+
+    /// Open loop: when this connection next needs the thread's attention to send (its
+    /// next message's due time, if it has room for it and the run wants it).
+    pub(crate) fn wake_at(&self, plan: &Plan, clock: &Clock) -> Option<Instant> {
+        (plan.rate.is_some()
+            && self.track.in_flight < plan.depth
+            && self.may_send(self.next_due, clock))
+        .then_some(self.next_due)
     }
 
     /// Tops the connection up to `depth` messages in flight and writes.
@@ -149,15 +184,25 @@ impl Conn {
         }
         let per = plan.per;
         let calls = self.track.calls.len() as u64;
-        while self.track.in_flight < plan.depth && self.may_send(now, clock) {
+        let open_loop = plan.rate.is_some();
+        while self.track.in_flight < plan.depth {
+            // Closed loop: now. Open loop: the schedule's time, once it has come; a
+            // message sent late keeps its due time, so its wait counts in its latency.
+            let due = self.due(now, plan);
+            if due > now || !self.may_send(due, clock) {
+                break;
+            }
             let Some(m) = self.track.free.pop() else {
                 break;
             };
+            if open_loop {
+                self.next_due += self.interval;
+            }
             let m = m as usize;
             let t = self.next_template;
             self.next_template = (t + 1) % plan.templates.len();
             let template = &plan.templates[t];
-            let measured = now >= clock.measure_from;
+            let measured = due >= clock.measure_from;
             if measured {
                 if clock.end.is_none() {
                     self.quota -= 1;
@@ -179,7 +224,8 @@ impl Conn {
             *slot = MsgSlot {
                 template: t as u32,
                 gen: slot.gen,
-                sent: now,
+                sent: due,
+                written: now,
                 remaining: template.calls.len() as u32,
                 measured,
             };
@@ -250,7 +296,7 @@ impl Conn {
             match self.stream.read(&mut self.inbuf[self.rlen..]) {
                 Ok(0) => {
                     let now = Instant::now();
-                    if self.track.in_flight > 0 || self.may_send(now, clock) {
+                    if self.track.in_flight > 0 || self.may_send(self.due(now, plan), clock) {
                         self.fail(
                             Problem::Closed,
                             stats,
@@ -525,6 +571,49 @@ pub(crate) fn ws_handshake(s: &mut std::net::TcpStream, plan: &Plan) -> io::Resu
     s.set_read_timeout(None)
 }
 
+/// The open loop's timer token (connections are 0..).
+const TIMER: Token = Token(usize::MAX);
+
+/// A timer fd in the poll: wakes the thread at a due time to the microsecond.
+struct Timer(OwnedFd);
+
+impl Timer {
+    fn new(poll: &Poll) -> io::Result<Timer> {
+        let fd = timerfd_create(
+            TimerfdClockId::Monotonic,
+            TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
+        )?;
+        poll.registry()
+            .register(&mut SourceFd(&fd.as_raw_fd()), TIMER, Interest::READABLE)?;
+        Ok(Timer(fd))
+    }
+
+    /// Fires once, `after` from now (not zero: that would disarm it).
+    fn arm(&self, after: Duration) -> io::Result<()> {
+        let zero = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let value = Timespec::try_from(after.max(Duration::from_nanos(1)))
+            .map_err(|_| io::Error::other("a wait too long for a timespec"))?;
+        timerfd_settime(
+            &self.0,
+            TimerfdTimerFlags::empty(),
+            &Itimerspec {
+                it_interval: zero,
+                it_value: value,
+            },
+        )?;
+        Ok(())
+    }
+
+    /// Reads the expiry count, so the next expiry is a new edge.
+    fn clear(&self) {
+        let mut b = [0u8; 8];
+        let _ = rustix::io::read(&self.0, &mut b);
+    }
+}
+
 pub(crate) fn worker(
     thread: usize,
     threads: usize,
@@ -561,6 +650,8 @@ pub(crate) fn worker(
                 quota: plan.quota.as_ref().map_or(0, |q| q[index]),
                 last_rx: now,
                 dead: false,
+                next_due: now,
+                interval: Duration::ZERO,
             });
         }
         Ok((poll, conns))
@@ -586,13 +677,48 @@ pub(crate) fn worker(
         measure_from,
         end: plan.duration.map(|d| measure_from + d),
     };
+    let timer = match plan.rate.map(|_| Timer::new(&poll)).transpose() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("loadgen: timerfd: {e}");
+            stats.problem(Problem::Io, 1, usize::MAX, format_args!("timerfd: {e}"));
+            progress.done.store(true, Ordering::SeqCst);
+            return stats;
+        }
+    };
+    if let Some(rate) = plan.rate {
+        // Connection i's messages are due at start + (i + k * connections) / rate: the
+        // run's schedule, evenly spread, each connection taking its turn.
+        let interval = Duration::from_secs_f64(connections as f64 / rate);
+        for c in &mut conns {
+            c.interval = interval;
+            c.next_due = start + Duration::from_secs_f64(c.index as f64 / rate);
+        }
+    }
     let mut events = Events::with_capacity(1024);
     for c in &mut conns {
         c.fill(&plan, &clock, &mut stats);
     }
     let mut last_check = start;
     loop {
-        if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(20))) {
+        let mut timeout = Duration::from_millis(20);
+        if let Some(timer) = &timer {
+            // Open loop: wake at the next due time. epoll counts whole milliseconds, so
+            // the timer fd does it (to the microsecond), not the poll's timeout.
+            let now = Instant::now();
+            if let Some(wake) = conns.iter().filter_map(|c| c.wake_at(&plan, &clock)).min() {
+                let wait = wake.saturating_duration_since(now);
+                if wait.is_zero() {
+                    timeout = Duration::ZERO;
+                } else if wait < timeout {
+                    if let Err(e) = timer.arm(wait) {
+                        stats.problem(Problem::Io, 1, usize::MAX, format_args!("timerfd: {e}"));
+                        break;
+                    }
+                }
+            }
+        }
+        if let Err(e) = poll.poll(&mut events, Some(timeout)) {
             if e.kind() != io::ErrorKind::Interrupted {
                 eprintln!("loadgen: poll: {e}");
                 stats.problem(Problem::Io, 1, usize::MAX, format_args!("poll: {e}"));
@@ -600,6 +726,12 @@ pub(crate) fn worker(
             }
         }
         for ev in events.iter() {
+            if ev.token() == TIMER {
+                if let Some(timer) = &timer {
+                    timer.clear();
+                }
+                continue;
+            }
             let Some(c) = conns.get_mut(ev.token().0) else {
                 continue;
             };
@@ -613,6 +745,12 @@ pub(crate) fn worker(
                 c.flush(&mut stats);
             }
             c.fill(&plan, &clock, &mut stats);
+        }
+        if plan.rate.is_some() {
+            // Open loop: whoever is due sends, events or not.
+            for c in &mut conns {
+                c.fill(&plan, &clock, &mut stats);
+            }
         }
         let now = Instant::now();
         if now.duration_since(last_check) >= Duration::from_millis(20) {
@@ -633,7 +771,7 @@ pub(crate) fn worker(
                 if !c.dead && c.track.in_flight == 0 {
                     c.fill(&plan, &clock, &mut stats);
                 }
-                all_done &= c.finished(now, &clock);
+                all_done &= c.finished(now, &plan, &clock);
             }
             progress
                 .responses

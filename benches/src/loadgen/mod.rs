@@ -48,9 +48,17 @@ pub(crate) struct Args {
     /// 0: single requests; B ≥ 1: each message is a batch of B calls.
     #[arg(long, default_value_t = 0)]
     pub(crate) batch: usize,
-    /// Request mix, `method[:weight],...` (subtract, add, sum, ping, echo, get_data, sleep).
+    /// Request mix, `method[:weight],...` (subtract, add, sum, ping, echo, get_data, sleep,
+    /// delay).
     #[arg(long, default_value = "subtract:1")]
     pub(crate) mix: String,
+    /// Open loop: send N messages per second in all, on a fixed schedule spread over the
+    /// connections (each still keeps at most --depth in flight; one that is due waits
+    /// for room). Latency is then measured from each message's due time, so a server
+    /// that stalls is charged for every call it delayed (coordinated omission corrected,
+    /// as wrk2 does). Without it: closed loop, each connection sending as soon as it may.
+    #[arg(long, value_name = "N")]
+    pub(crate) rate: Option<f64>,
     /// Seconds to measure (after the warm-up); the default when --count is not given is 10.
     #[arg(long, conflicts_with = "count")]
     pub(crate) duration: Option<f64>,
@@ -66,7 +74,7 @@ pub(crate) struct Args {
     /// Do not check the responses (for a server with a fixed answer): only frame them.
     #[arg(long)]
     pub(crate) no_verify: bool,
-    /// The `ms` of `sleep` calls.
+    /// The `ms` of `sleep` and `delay` calls.
     #[arg(long, default_value_t = 1)]
     pub(crate) sleep_ms: u64,
     /// Seconds without any byte received, while requests are outstanding, after which a
@@ -179,16 +187,6 @@ pub(crate) fn main() -> ExitCode {
             0.0
         }
     };
-    let us = |ns: u64| (ns as f64 / 100.0).round() / 10.0;
-    let h = &stats.hist;
-    let empty = h.is_empty();
-    let q = |x: f64| {
-        if empty {
-            0.0
-        } else {
-            us(h.value_at_quantile(x))
-        }
-    };
     let problems: std::collections::BTreeMap<&str, u64> = PROBLEMS
         .iter()
         .zip(&stats.problems)
@@ -212,24 +210,15 @@ pub(crate) fn main() -> ExitCode {
         mismatches: stats.mismatches(),
         rps: per_s(stats.responses),
         elements_per_s: per_s(stats.elements),
-        latency_us: Latency {
-            p50: q(0.5),
-            p90: q(0.9),
-            p99: q(0.99),
-            p999: q(0.999),
-            max: if empty { 0.0 } else { us(h.max()) },
-            mean: if empty {
-                0.0
-            } else {
-                (h.mean() / 100.0).round() / 10.0
-            },
-        },
+        latency_us: Latency::of(&stats.hist),
         target: &plan.target,
         mix: &args.mix,
         verify: plan.verify,
         warmup_s: plan.warmup.as_secs_f64(),
         elements: stats.elements,
         problems,
+        rate: plan.rate,
+        service_us: plan.rate.map(|_| Latency::of(&stats.service)),
     };
     let summary = match serde_json::to_string(&summary) {
         Ok(s) => s,

@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::OnceLock;
 use std::time::Instant;
 
+use hdrhistogram::Histogram;
 use serde::Serialize;
 
 /// What a worker publishes for the progress line.
@@ -42,6 +43,13 @@ pub(crate) struct Summary<'a> {
     pub(crate) elements: u64,
     /// Errors and mismatches by kind.
     pub(crate) problems: std::collections::BTreeMap<&'static str, u64>,
+    /// Open loop: the messages per second asked for, and the latency from each message's
+    /// actual write (what a closed-loop tool would have reported); `latency_us` is then
+    /// measured from each message's due time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) rate: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) service_us: Option<Latency>,
 }
 
 #[derive(Serialize)]
@@ -52,4 +60,30 @@ pub(crate) struct Latency {
     pub(crate) p999: f64,
     pub(crate) max: f64,
     pub(crate) mean: f64,
+}
+
+impl Latency {
+    /// The figures of `h` (nanoseconds) in microseconds, to 0.1 µs; zeros when empty.
+    pub(crate) fn of(h: &Histogram<u64>) -> Latency {
+        let us = |ns: u64| (ns as f64 / 100.0).round() / 10.0;
+        if h.is_empty() {
+            return Latency {
+                p50: 0.0,
+                p90: 0.0,
+                p99: 0.0,
+                p999: 0.0,
+                max: 0.0,
+                mean: 0.0,
+            };
+        }
+        let q = |x: f64| us(h.value_at_quantile(x));
+        Latency {
+            p50: q(0.5),
+            p90: q(0.9),
+            p99: q(0.99),
+            p999: q(0.999),
+            max: us(h.max()),
+            mean: (h.mean() / 100.0).round() / 10.0,
+        }
+    }
 }

@@ -1,7 +1,7 @@
 //! Counters and latency histograms, per thread, merged at the end.
 
 use std::fmt;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
@@ -47,7 +47,11 @@ pub(crate) struct Stats {
     /// All messages answered, warm-up included (for the progress line).
     pub(crate) all_responses: u64,
     pub(crate) problems: [u64; PROBLEMS.len()],
+    /// Latency from each message's due time (ns).
     pub(crate) hist: Histogram<u64>,
+    /// Open loop: latency from each message's actual write (ns), what a closed-loop tool
+    /// would report for the same run.
+    pub(crate) service: Histogram<u64>,
     pub(crate) last_done: Option<Instant>,
     pub(crate) reports: u32,
     pub(crate) thread: usize,
@@ -62,12 +66,22 @@ impl Stats {
             all_responses: 0,
             problems: [0; PROBLEMS.len()],
             // 1 ns to 100 s, 3 significant digits; allocated once.
-            hist: Histogram::new_with_bounds(1, 100_000_000_000, 3)
-                .unwrap_or_else(|_| Histogram::new(3).expect("a 3-digit histogram")),
+            hist: histogram(),
+            service: histogram(),
             last_done: None,
             reports: 0,
             thread,
         }
+    }
+
+    /// Records one measured latency.
+    pub(crate) fn record(&mut self, d: Duration) {
+        self.hist.saturating_record(nanos(d));
+    }
+
+    /// Records one measured service time (open loop).
+    pub(crate) fn record_service(&mut self, d: Duration) {
+        self.service.saturating_record(nanos(d));
     }
 
     pub(crate) fn problem(&mut self, p: Problem, n: u64, conn: usize, what: fmt::Arguments<'_>) {
@@ -116,6 +130,18 @@ impl Stats {
             *a += b;
         }
         let _ = self.hist.add(&o.hist);
+        let _ = self.service.add(&o.service);
         self.last_done = self.last_done.max(o.last_done);
     }
+}
+
+/// 1 ns to 100 s, 3 significant digits; allocated once.
+pub(crate) fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 100_000_000_000, 3)
+        .unwrap_or_else(|_| Histogram::new(3).expect("a 3-digit histogram"))
+}
+
+/// A latency as the histograms record it: nanoseconds, at least 1.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
 }

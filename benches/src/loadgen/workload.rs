@@ -20,6 +20,7 @@ pub(crate) enum Method {
     Echo,
     GetData,
     Sleep,
+    Delay,
 }
 
 impl Method {
@@ -32,6 +33,7 @@ impl Method {
             "echo" => Method::Echo,
             "get_data" => Method::GetData,
             "sleep" => Method::Sleep,
+            "delay" => Method::Delay,
             _ => return None,
         })
     }
@@ -93,6 +95,8 @@ pub(crate) struct Plan {
     pub(crate) warmup: Duration,
     pub(crate) duration: Option<Duration>,
     pub(crate) max_message: usize,
+    /// Open loop: messages per second, all connections together.
+    pub(crate) rate: Option<f64>,
 }
 
 /// `method[:weight],...` → a cycle in which each method appears `weight` times, spread
@@ -110,7 +114,9 @@ pub(crate) fn parse_mix(mix: &str) -> Result<Vec<Method>, String> {
             None => (part, 1),
         };
         let m = Method::parse(name).ok_or_else(|| {
-            format!("unknown method {name:?} (subtract, add, sum, ping, echo, get_data, sleep)")
+            format!(
+                "unknown method {name:?} (subtract, add, sum, ping, echo, get_data, sleep, delay)"
+            )
         })?;
         if weight > 0 {
             entries.push((m, weight as i64));
@@ -155,6 +161,7 @@ pub(crate) fn call_json(m: Method, position: usize, sleep_ms: u64, out: &mut Vec
             Some(format!("{{\"ms\":{sleep_ms}}}")),
             Expect::Null,
         ),
+        Method::Delay => ("delay", Some(format!("[{sleep_ms}]")), Expect::Null),
     };
     out.extend_from_slice(br#"{"jsonrpc":"2.0","method":""#);
     out.extend_from_slice(method.as_bytes());
@@ -291,6 +298,14 @@ pub(crate) fn build_plan(args: &Args) -> Result<Plan, String> {
         (None, None) => Some(Duration::from_secs(10)),
         (None, Some(_)) => None,
     };
+    let rate = match args.rate {
+        Some(r) if !(r.is_finite() && r > 0.0) => {
+            return Err(format!(
+                "--rate: {r} is not a positive number of messages per second"
+            ))
+        }
+        r => r,
+    };
     Ok(Plan {
         transport,
         addr,
@@ -311,5 +326,6 @@ pub(crate) fn build_plan(args: &Args) -> Result<Plan, String> {
         warmup: secs(args.warmup, "--warmup")?,
         duration,
         max_message,
+        rate,
     })
 }
