@@ -375,3 +375,205 @@ fn open_loop_against_a_fixed_delay() {
     handle.shutdown();
     thread.join().unwrap().unwrap();
 }
+
+/// A ringrpc demo server in this process on TCP, HTTP and a Unix socket; stopped when
+/// dropped.
+struct Ringrpc {
+    tcp: String,
+    http: String,
+    unix: std::path::PathBuf,
+    handle: ringrpc::server::ServerHandle,
+    thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Ringrpc {
+    fn start(name: &str) -> Ringrpc {
+        let mut server =
+            ringrpc::server::Server::new(ringrpc::demo::engine(ringrpc::Config::default()))
+                .unwrap();
+        let tcp = server.listen_tcp("127.0.0.1:0").unwrap().to_string();
+        let http = format!("http://{}/", server.listen_http("127.0.0.1:0").unwrap());
+        let unix = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.sock"));
+        let _ = std::fs::remove_file(&unix);
+        server.listen_unix(&unix).unwrap();
+        let handle = server.handle();
+        let thread = Some(std::thread::spawn(move || server.run()));
+        Ringrpc {
+            tcp,
+            http,
+            unix,
+            handle,
+            thread,
+        }
+    }
+}
+
+impl Drop for Ringrpc {
+    fn drop(&mut self) {
+        self.handle.shutdown();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.unix);
+    }
+}
+
+const WORKLOAD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/workloads/demo.ndjson");
+
+#[test]
+fn workload_file_over_every_transport() {
+    // benches/workloads/demo.ndjson: 12 messages a cycle: subtract x4 (expect 19), add x3
+    // (random operands), echo (random strings), a batch of 10 sum, a batch of ping and a
+    // notification, notify_hello x2 (notifications only: no answer, no slot).
+    let server = Ringrpc::start("workload");
+    let unix = server.unix.to_string_lossy().into_owned();
+    for target in [
+        ["--tcp", &server.tcp],
+        ["--http", &server.http],
+        ["--unix", &unix],
+    ] {
+        let v = loadgen(
+            &[
+                &target[..],
+                &[
+                    "--workload",
+                    WORKLOAD,
+                    "--count",
+                    "1200",
+                    "--connections",
+                    "4",
+                    "--depth",
+                    "4",
+                ],
+            ]
+            .concat(),
+        );
+        // 1200 messages: 100 cycles; the 200 of notifications are written, not answered
+        // (over HTTP they are answered 204 and count as requests).
+        let silent = if target[0] == "--http" { 0 } else { 200 };
+        assert_eq!(n(&v, "notifications"), silent, "{v}");
+        assert_clean(&v, 1200 - silent, 100 * (4 + 3 + 1 + 10 + 1));
+        let m = &v["methods"];
+        for (label, count) in [
+            ("subtract", 400),
+            ("add", 300),
+            ("echo", 100),
+            ("sum x10", 100),
+        ] {
+            assert_eq!(m[label]["count"], count, "{label} in {v}");
+            assert!(m[label]["latency_us"]["p99"].as_f64().unwrap() > 0.0, "{v}");
+        }
+        assert_eq!(v["transport"], target[0].trim_start_matches("--"), "{v}");
+        assert_eq!(v["workload"], WORKLOAD);
+    }
+}
+
+#[test]
+fn workload_answers_are_checked() {
+    // A wrong `expect`, and a method the server lacks: each counted, the run fails (1).
+    let server = Ringrpc::start("wrong");
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let file = dir.join("wrong.ndjson");
+    std::fs::write(
+        &file,
+        concat!(
+            r#"{"request": {"jsonrpc": "2.0", "method": "subtract", "params": [42, 23], "id": "{{id}}"}, "expect": 20}"#,
+            "\n",
+            r#"{"jsonrpc": "2.0", "method": "foobar", "id": "{{id}}"}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(["--tcp", &server.tcp, "--count", "10", "--connections", "1"])
+        .arg("--workload")
+        .arg(&file)
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["problems"]["wrong_result"], 5, "{v}");
+    assert_eq!(v["error_codes"]["-32601"], 5, "{v}");
+    assert_eq!(n(&v, "responses"), 10, "{v}");
+}
+
+#[test]
+fn compare_prints_a_table_and_writes_the_json_and_the_chart() {
+    // ringrpc over TCP against ringrpc over HTTP (both in this process), 2 rounds.
+    let server = Ringrpc::start("compare");
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let (json, svg) = (dir.join("compare.json"), dir.join("compare.svg"));
+    let _ = std::fs::remove_file(&json);
+    let _ = std::fs::remove_file(&svg);
+    let out = Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .arg("--compare")
+        .arg(format!("tcp=tcp://{}", server.tcp))
+        .arg(format!("http={}", server.http))
+        .args(["--rounds", "2", "--count", "2000", "--connections", "2"])
+        .args(["--mix", "subtract:3,ping:1"])
+        .arg("--json")
+        .arg(&json)
+        .arg("--plot")
+        .arg(&svg)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The table: a header, a row per server, the ratio row.
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].starts_with("server"), "{stdout}");
+    assert!(lines[1].starts_with("tcp "), "{stdout}");
+    assert!(lines[2].starts_with("http "), "{stdout}");
+    assert!(lines[3].starts_with("http / tcp "), "{stdout}");
+
+    let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let servers = v["servers"].as_array().unwrap();
+    assert_eq!(servers.len(), 2, "{v}");
+    for (s, transport) in servers.iter().zip(["tcp", "http"]) {
+        assert_eq!(s["summary"]["transport"], transport, "{v}");
+        // Both rounds, merged: every message answered.
+        assert_eq!(s["rounds"].as_array().unwrap().len(), 2, "{v}");
+        assert_clean(&s["summary"], 4000, 4000);
+        assert_eq!(s["summary"]["methods"]["subtract"]["count"], 3000, "{v}");
+        let curve = s["curve_us"].as_array().unwrap();
+        assert!(curve.len() > 10, "{v}");
+        assert_eq!(curve.last().unwrap()[0], 1.0, "{v}");
+    }
+    let ratio = v["ratios"][0]["rps"].as_f64().unwrap();
+    let rps = |i: usize| servers[i]["summary"]["rps"].as_f64().unwrap();
+    assert!((ratio - rps(1) / rps(0)).abs() < 0.01, "{v}");
+
+    // The chart renders: a PNG of the SVG's size, not blank (the curves' colours).
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains("<svg"), "{text}");
+    let tree = resvg::usvg::Tree::from_str(&text, &resvg::usvg::Options::default()).unwrap();
+    let size = tree.size().to_int_size();
+    assert_eq!((size.width(), size.height()), (960, 560));
+    let mut pixmap = resvg::tiny_skia::Pixmap::new(size.width(), size.height()).unwrap();
+    resvg::render(
+        &tree,
+        resvg::tiny_skia::Transform::default(),
+        &mut pixmap.as_mut(),
+    );
+    let png = pixmap.encode_png().unwrap();
+    assert!(png.len() > 2000, "a {} byte PNG", png.len());
+    std::fs::write(dir.join("compare.png"), &png).unwrap();
+    let coloured = |(r, g, b): (u8, u8, u8)| {
+        pixmap
+            .pixels()
+            .iter()
+            .filter(|p| (p.red(), p.green(), p.blue()) == (r, g, b) && p.alpha() == 255)
+            .count()
+    };
+    // The first two curve colours of the chart (plot.rs), each drawn.
+    assert!(coloured((0x1f, 0x77, 0xb4)) > 100, "no first curve");
+    assert!(coloured((0xd6, 0x27, 0x28)) > 100, "no second curve");
+    let white = coloured((255, 255, 255));
+    assert!(white < pixmap.pixels().len() * 99 / 100, "blank");
+}

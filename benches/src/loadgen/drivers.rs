@@ -5,23 +5,25 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use mio::net::TcpStream;
+use mio::event::Source;
+use mio::net::{TcpStream, UnixStream};
 use mio::unix::SourceFd;
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Interest, Poll, Registry, Token};
 use rustix::time::{
     timerfd_create, timerfd_settime, Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags,
     Timespec,
 };
 
-use super::output::{Progress, START};
+use super::output::Progress;
+use super::plan::{Addr, Plan, Transport};
 use super::stats::{Problem, Stats};
 use super::verify::{put_id, snippet, verify_frame};
-use super::workload::{Plan, Transport, ID_BASE, ID_END};
+use super::workload::{next, ID_BASE, ID_END};
 
 #[derive(Clone, Copy)]
 pub(crate) struct MsgSlot {
@@ -88,7 +90,8 @@ impl Track {
         if s.measured {
             stats.responses += 1;
             stats.elements += plan.templates[s.template as usize].calls.len() as u64;
-            stats.record(now.saturating_duration_since(s.sent));
+            let label = plan.templates[s.template as usize].label;
+            stats.record(label, now.saturating_duration_since(s.sent));
             if plan.rate.is_some() {
                 stats.record_service(now.saturating_duration_since(s.written));
             }
@@ -114,7 +117,7 @@ impl Track {
 
 pub(crate) struct Conn {
     pub(crate) index: usize,
-    pub(crate) stream: TcpStream,
+    pub(crate) stream: Stream,
     pub(crate) out: Vec<u8>,
     pub(crate) wpos: usize,
     pub(crate) inbuf: Vec<u8>,
@@ -131,6 +134,10 @@ pub(crate) struct Conn {
     /// Open loop: when the next message is due, and the time between two.
     pub(crate) next_due: Instant,
     pub(crate) interval: Duration,
+    /// The random values' generator state.
+    pub(crate) rng: u64,
+    /// Stopped sending notifications with more due: wants another turn without waiting.
+    pub(crate) eager: bool,
 }
 
 /// What the steady state needs from the run, per thread.
@@ -185,6 +192,8 @@ impl Conn {
         let per = plan.per;
         let calls = self.track.calls.len() as u64;
         let open_loop = plan.rate.is_some();
+        let mut silent_sent = 0;
+        self.eager = false;
         while self.track.in_flight < plan.depth {
             // Closed loop: now. Open loop: the schedule's time, once it has come; a
             // message sent late keeps its due time, so its wait counts in its latency.
@@ -192,30 +201,49 @@ impl Conn {
             if due > now || !self.may_send(due, clock) {
                 break;
             }
-            let Some(m) = self.track.free.pop() else {
+            let t = self.next_template;
+            let template = &plan.templates[t];
+            // Notifications only: nothing answers them (HTTP answers 204), so they take
+            // no slot; at most `depth` per call, the rest at the next turn.
+            let silent = template.calls.is_empty() && plan.transport != Transport::Http;
+            if silent && silent_sent == plan.depth {
+                self.eager = true;
                 break;
-            };
+            }
             if open_loop {
                 self.next_due += self.interval;
             }
-            let m = m as usize;
-            let t = self.next_template;
             self.next_template = (t + 1) % plan.templates.len();
-            let template = &plan.templates[t];
             let measured = due >= clock.measure_from;
-            if measured {
-                if clock.end.is_none() {
-                    self.quota -= 1;
+            if measured && clock.end.is_none() {
+                self.quota -= 1;
+            }
+            let start = self.out.len();
+            self.out.extend_from_slice(&template.bytes);
+            for r in &template.randoms {
+                r.write(&mut self.out[start..], &mut self.rng);
+            }
+            if silent {
+                silent_sent += 1;
+                if measured {
+                    stats.notifications += 1;
+                    stats.last_done = Some(now);
                 }
+                continue;
+            }
+            if measured {
                 stats.requests += 1;
             }
+            // Free slots = depth - in flight: there is one.
+            let Some(m) = self.track.free.pop() else {
+                break;
+            };
+            let m = m as usize;
             let slot = &mut self.track.msgs[m];
             slot.gen += 1;
             if ID_BASE + (slot.gen + 1) * calls >= ID_END {
                 slot.gen = 0;
             }
-            let start = self.out.len();
-            self.out.extend_from_slice(&template.bytes);
             for (j, call) in template.calls.iter().enumerate() {
                 let id = ID_BASE + slot.gen * calls + (m * per + j) as u64;
                 put_id(&mut self.out[start + call.at..], id);
@@ -311,7 +339,7 @@ impl Conn {
                     self.rlen += n;
                     self.last_rx = now;
                     match plan.transport {
-                        Transport::Tcp => self.tcp_frames(now, plan, stats),
+                        Transport::Tcp | Transport::Unix => self.tcp_frames(now, plan, stats),
                         Transport::Http => self.http_frames(now, plan, stats),
                         Transport::Ws => self.ws_frames(now, plan, stats),
                     }
@@ -475,8 +503,22 @@ impl Conn {
                 return;
             };
             let m = m as usize;
-            if status != 200 {
-                // 204 would be right only for a message of notifications, never sent here.
+            let silent = plan.templates[self.track.msgs[m].template as usize]
+                .calls
+                .is_empty();
+            if silent {
+                // Notifications only: 204, or 200 (202) with nothing in the body.
+                let empty = body.iter().all(u8::is_ascii_whitespace);
+                if !(matches!(status, 200 | 202 | 204) && empty) {
+                    let s = snippet(body);
+                    stats.problem(
+                        Problem::BadResponse,
+                        1,
+                        self.index,
+                        format_args!("HTTP {status} to notifications only: {s}"),
+                    );
+                }
+            } else if status != 200 {
                 let s = snippet(body);
                 stats.problem(
                     Problem::HttpStatus,
@@ -501,14 +543,75 @@ impl Conn {
     }
 }
 
-pub(crate) fn connect(plan: &Plan) -> io::Result<TcpStream> {
-    let mut s = std::net::TcpStream::connect_timeout(&plan.addr, Duration::from_secs(5))?;
-    s.set_nodelay(true)?;
-    if plan.transport == Transport::Ws {
-        ws_handshake(&mut s, plan)?;
+/// A connection's socket.
+pub(crate) enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
     }
-    s.set_nonblocking(true)?;
-    Ok(TcpStream::from_std(s))
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Source for Stream {
+    fn register(&mut self, r: &Registry, token: Token, interest: Interest) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.register(r, token, interest),
+            Stream::Unix(s) => s.register(r, token, interest),
+        }
+    }
+
+    fn reregister(&mut self, r: &Registry, token: Token, interest: Interest) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.reregister(r, token, interest),
+            Stream::Unix(s) => s.reregister(r, token, interest),
+        }
+    }
+
+    fn deregister(&mut self, r: &Registry) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.deregister(r),
+            Stream::Unix(s) => s.deregister(r),
+        }
+    }
+}
+
+/// Connects (blocking, with the WebSocket handshake), then hands the socket to mio.
+pub(crate) fn connect(plan: &Plan) -> io::Result<Stream> {
+    match &plan.addr {
+        Addr::Inet(addr) => {
+            let mut s = std::net::TcpStream::connect_timeout(addr, Duration::from_secs(5))?;
+            s.set_nodelay(true)?;
+            if plan.transport == Transport::Ws {
+                ws_handshake(&mut s, plan)?;
+            }
+            s.set_nonblocking(true)?;
+            Ok(Stream::Tcp(TcpStream::from_std(s)))
+        }
+        Addr::Unix(path) => {
+            let s = std::os::unix::net::UnixStream::connect(path)?;
+            s.set_nonblocking(true)?;
+            Ok(Stream::Unix(UnixStream::from_std(s)))
+        }
+    }
 }
 
 /// A client text frame's header for `len` payload bytes, masked with an all-zero key
@@ -614,6 +717,9 @@ impl Timer {
     }
 }
 
+/// One thread of a run: connects its share of the connections (index `thread`, then
+/// every `threads`-th), waits for the others at `barrier`, then loads until done.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn worker(
     thread: usize,
     threads: usize,
@@ -622,8 +728,9 @@ pub(crate) fn worker(
     barrier: Arc<Barrier>,
     abort: Arc<AtomicBool>,
     progress: Arc<Progress>,
+    start: &OnceLock<Instant>,
 ) -> Stats {
-    let mut stats = Stats::new(thread);
+    let mut stats = Stats::new(thread, plan.labels.len());
     let setup = (|| -> io::Result<(Poll, Vec<Conn>)> {
         let poll = Poll::new()?;
         let now = Instant::now();
@@ -652,6 +759,8 @@ pub(crate) fn worker(
                 dead: false,
                 next_due: now,
                 interval: Duration::ZERO,
+                rng: next(&mut (index as u64)),
+                eager: false,
             });
         }
         Ok((poll, conns))
@@ -671,7 +780,7 @@ pub(crate) fn worker(
         progress.done.store(true, Ordering::SeqCst);
         return stats;
     }
-    let start = *START.get_or_init(Instant::now);
+    let start = *start.get_or_init(Instant::now);
     let measure_from = start + plan.warmup;
     let clock = Clock {
         measure_from,
@@ -700,8 +809,12 @@ pub(crate) fn worker(
         c.fill(&plan, &clock, &mut stats);
     }
     let mut last_check = start;
+    let mut last_p99 = start;
     loop {
         let mut timeout = Duration::from_millis(20);
+        if conns.iter().any(|c| c.eager) {
+            timeout = Duration::ZERO;
+        }
         if let Some(timer) = &timer {
             // Open loop: wake at the next due time. epoll counts whole milliseconds, so
             // the timer fd does it (to the microsecond), not the poll's timeout.
@@ -779,6 +892,13 @@ pub(crate) fn worker(
             progress
                 .problems
                 .store(stats.errors() + stats.mismatches(), Ordering::Relaxed);
+            if now.duration_since(last_p99) >= Duration::from_secs(1) {
+                last_p99 = now;
+                if !stats.hist.is_empty() {
+                    let p99 = stats.hist.value_at_quantile(0.99);
+                    progress.p99_ns.store(p99, Ordering::Relaxed);
+                }
+            }
             if all_done {
                 break;
             }

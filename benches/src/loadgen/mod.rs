@@ -1,44 +1,73 @@
 //! The load generator behind the `loadgen` binary (documented there), in modules:
-//! [`workload`] (the messages), [`drivers`] (connections), [`verify`] (answers),
-//! [`stats`] (counters, histograms) and [`output`] (progress, summary).
+//! [`workload`] (the messages), [`plan`] (a run against one server), [`drivers`]
+//! (connections), [`verify`] (answers), [`stats`] (counters, histograms), [`output`]
+//! (progress, summary, table, JSON) and [`ticks`] (subscriber mode).
 
 mod drivers;
 mod output;
+mod plan;
+mod plot;
 mod stats;
 mod ticks;
 mod verify;
 mod workload;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Barrier, OnceLock};
+use std::time::Instant;
 
 use clap::Parser;
+use serde::Serialize;
 
 use drivers::worker;
-use output::{Latency, Progress, Summary, START};
-use stats::{Stats, PROBLEMS};
+use output::{curve, summarize, Progress, Summary};
+use plan::{build_plan, Plan, Target, Transport};
+use stats::Stats;
 use ticks::subscribers;
-use workload::{build_plan, Transport};
+use workload::messages;
 
 #[derive(Parser, Clone)]
-#[command(about = "Load generator and verifier for JSON-RPC 2.0 servers (TCP, HTTP or WebSocket)")]
+#[command(
+    about = "Load generator and verifier for JSON-RPC 2.0 servers (TCP, Unix, HTTP or WebSocket)"
+)]
 pub(crate) struct Args {
     /// Newline-delimited JSON over TCP to ADDR (host:port).
     #[arg(
         long,
         value_name = "ADDR",
-        conflicts_with_all = ["http", "ws"],
-        required_unless_present_any = ["http", "ws"]
+        conflicts_with_all = ["http", "ws", "unix", "compare"],
+        required_unless_present_any = ["http", "ws", "unix", "compare"]
     )]
     pub(crate) tcp: Option<String>,
+    /// Newline-delimited JSON over the Unix socket at PATH.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["http", "ws", "compare"])]
+    pub(crate) unix: Option<PathBuf>,
     /// HTTP/1.1 keep-alive POSTs to URL (http://host:port/path).
-    #[arg(long, value_name = "URL", conflicts_with = "ws")]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["ws", "compare"])]
     pub(crate) http: Option<String>,
     /// WebSocket messages to URL (ws://host:port/path).
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", conflicts_with = "compare")]
     pub(crate) ws: Option<String>,
+    /// Several servers, the same load against each, in interleaved rounds (see
+    /// --rounds): `[NAME=]URL` with URL `tcp://HOST:PORT`, `unix:///PATH`,
+    /// `http://HOST:PORT/PATH` or `ws://HOST:PORT/PATH`. Prints a table with the ratios
+    /// to the first server instead of the JSON summary (that goes to --json).
+    #[arg(long, value_name = "URL", num_args = 2..)]
+    pub(crate) compare: Vec<String>,
+    /// With --compare: rounds; each runs every server once (--duration or --count each),
+    /// in alternating order (A B, B A, ...), so drift on the machine hits all alike.
+    #[arg(long, default_value_t = 3, requires = "compare")]
+    pub(crate) rounds: usize,
+    /// Writes every figure as JSON to FILE: per server, the summary of each round and of
+    /// all rounds together (per method, errors by code) and the latency percentile curve.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) json: Option<PathBuf>,
+    /// Draws the latency percentile curves of every server of the run on one SVG chart
+    /// (the percentile axis log-scaled, as HdrHistogram plots do).
+    #[arg(long, value_name = "FILE.svg")]
+    pub(crate) plot: Option<PathBuf>,
     /// Connections.
     #[arg(long, default_value_t = 16)]
     pub(crate) connections: usize,
@@ -52,6 +81,11 @@ pub(crate) struct Args {
     /// delay).
     #[arg(long, default_value = "subtract:1")]
     pub(crate) mix: String,
+    /// Messages from FILE instead of --mix: NDJSON request templates, weighted, with
+    /// `{{id}}`, `{{int LO HI}}` and `{{str N}}` placeholders, batches and notifications
+    /// (docs/LOADGEN.md).
+    #[arg(long, value_name = "FILE", conflicts_with = "mix")]
+    pub(crate) workload: Option<PathBuf>,
     /// Open loop: send N messages per second in all, on a fixed schedule spread over the
     /// connections (each still keeps at most --depth in flight; one that is due waits
     /// for room). Latency is then measured from each message's due time, so a server
@@ -90,39 +124,83 @@ pub(crate) struct Args {
 
 pub(crate) fn main() -> ExitCode {
     let args = Args::parse();
-    let plan = match build_plan(&args) {
-        Ok(p) => Arc::new(p),
+    match run(&args) {
+        Ok(clean) => {
+            if clean {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
         Err(e) => {
             eprintln!("loadgen: {e}");
-            return ExitCode::from(2);
+            ExitCode::from(2)
         }
-    };
+    }
+}
+
+/// Runs what `args` asks; `Ok(false)` when there were errors or mismatches.
+fn run(args: &Args) -> Result<bool, String> {
+    let msgs = messages(args)?;
+    if !args.compare.is_empty() {
+        return compare(args, &msgs);
+    }
+    let target = Target::of_args(args)?;
+    let plan = Arc::new(build_plan(args, &target, &msgs)?);
     if let Some(ms) = args.ticks {
         if plan.transport == Transport::Http {
-            eprintln!("loadgen: --ticks needs --tcp or --ws (HTTP cannot push)");
-            return ExitCode::from(2);
+            return Err("--ticks needs --tcp, --unix or --ws (HTTP cannot push)".into());
         }
-        return subscribers(&args, &plan, ms);
+        return subscribers(args, &plan, ms);
     }
+    let outcome = run_once(args, plan.clone(), &target.name)?;
+    let summary = summarize(
+        args,
+        &plan,
+        &outcome.stats,
+        outcome.duration_s,
+        outcome.threads,
+    );
+    let line = serde_json::to_string(&summary).map_err(|e| format!("summary: {e}"))?;
+    println!("{line}");
+    let servers = [Server {
+        name: target.name.clone(),
+        url: target.url.clone(),
+        rounds: Vec::new(),
+        curve_us: curve(&outcome.stats.hist),
+        summary,
+    }];
+    write_outputs(args, &servers, None)?;
+    Ok(outcome.stats.errors() == 0 && outcome.stats.mismatches() == 0)
+}
+
+/// One run's merged counters.
+struct Outcome {
+    stats: Stats,
+    duration_s: f64,
+    threads: usize,
+}
+
+/// One run against `plan`'s server: connects every connection, loads, joins.
+fn run_once(args: &Args, plan: Arc<Plan>, name: &str) -> Result<Outcome, String> {
     let threads = args.threads.min(args.connections);
     let barrier = Arc::new(Barrier::new(threads + 1));
     let abort = Arc::new(AtomicBool::new(false));
+    let start = Arc::new(OnceLock::new());
     let mut handles = Vec::new();
     let mut progress = Vec::new();
     for t in 0..threads {
         let p = Arc::new(Progress::default());
         progress.push(p.clone());
-        let (plan, barrier, abort) = (plan.clone(), barrier.clone(), abort.clone());
+        let (plan, barrier, abort, start) =
+            (plan.clone(), barrier.clone(), abort.clone(), start.clone());
         let connections = args.connections;
         let h = std::thread::Builder::new()
             .name(format!("loadgen-{t}"))
-            .spawn(move || worker(t, threads, plan, connections, barrier, abort, p));
+            .spawn(move || worker(t, threads, plan, connections, barrier, abort, p, &start));
         match h {
             Ok(h) => handles.push(h),
-            Err(e) => {
-                eprintln!("loadgen: cannot start a thread: {e}");
-                return ExitCode::from(2);
-            }
+            Err(e) => return Err(format!("cannot start a thread: {e}")),
         }
     }
     barrier.wait();
@@ -130,107 +208,166 @@ pub(crate) fn main() -> ExitCode {
         for h in handles {
             let _ = h.join();
         }
-        return ExitCode::from(2);
+        return Err(format!("{name}: could not connect"));
     }
-    let start = *START.get_or_init(Instant::now);
-
-    // Progress, once a second, until every worker is done.
-    let mut tick = 1u64;
-    let mut last = 0u64;
-    while !progress.iter().all(|p| p.done.load(Ordering::SeqCst)) {
-        let due = start + Duration::from_secs(tick);
-        let now = Instant::now();
-        if now < due {
-            std::thread::sleep((due - now).min(Duration::from_millis(50)));
-            continue;
-        }
-        let total: u64 = progress
-            .iter()
-            .map(|p| p.responses.load(Ordering::Relaxed))
-            .sum();
-        let problems: u64 = progress
-            .iter()
-            .map(|p| p.problems.load(Ordering::Relaxed))
-            .sum();
-        let phase = if due <= start + plan.warmup {
-            "  (warm-up)"
-        } else {
-            ""
-        };
-        eprintln!(
-            "[{:>6.1}s] {:>9} req/s  errors {problems}{phase}",
-            now.duration_since(start).as_secs_f64(),
-            total - last
-        );
-        last = total;
-        tick += 1;
-    }
-
-    let mut stats = Stats::new(usize::MAX);
+    let start = *start.get_or_init(Instant::now);
+    output::watch(&progress, start, &plan, name);
+    let mut stats = Stats::new(usize::MAX, plan.labels.len());
     for h in handles {
         match h.join() {
             Ok(s) => stats.merge(&s),
-            Err(_) => {
-                eprintln!("loadgen: a worker thread panicked");
-                return ExitCode::from(2);
-            }
+            Err(_) => return Err("a worker thread panicked".into()),
         }
     }
     let measure_from = start + plan.warmup;
     let duration_s = stats.last_done.map_or(0.0, |t| {
         t.saturating_duration_since(measure_from).as_secs_f64()
     });
-    let per_s = |n: u64| {
-        if duration_s > 0.0 {
-            (n as f64 / duration_s).round()
-        } else {
-            0.0
-        }
-    };
-    let problems: std::collections::BTreeMap<&str, u64> = PROBLEMS
-        .iter()
-        .zip(&stats.problems)
-        .filter(|(_, &n)| n > 0)
-        .map(|(p, &n)| (p.0, n))
-        .collect();
-    let summary = Summary {
-        transport: match plan.transport {
-            Transport::Tcp => "tcp",
-            Transport::Http => "http",
-            Transport::Ws => "ws",
-        },
-        connections: args.connections,
-        depth: args.depth,
-        batch: args.batch,
+    Ok(Outcome {
+        stats,
+        duration_s,
         threads,
-        duration_s: (duration_s * 1000.0).round() / 1000.0,
-        requests: stats.requests,
-        responses: stats.responses,
-        errors: stats.errors(),
-        mismatches: stats.mismatches(),
-        rps: per_s(stats.responses),
-        elements_per_s: per_s(stats.elements),
-        latency_us: Latency::of(&stats.hist),
-        target: &plan.target,
-        mix: &args.mix,
-        verify: plan.verify,
-        warmup_s: plan.warmup.as_secs_f64(),
-        elements: stats.elements,
-        problems,
-        rate: plan.rate,
-        service_us: plan.rate.map(|_| Latency::of(&stats.service)),
-    };
-    let summary = match serde_json::to_string(&summary) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("loadgen: summary: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    println!("{summary}");
-    if stats.errors() > 0 || stats.mismatches() > 0 {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
+    })
+}
+
+/// One server's figures in the `--json` file.
+#[derive(Serialize)]
+struct Server {
+    name: String,
+    url: String,
+    /// All rounds together.
+    summary: Summary,
+    /// Each round's own summary (--compare).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    rounds: Vec<Summary>,
+    /// (percentile as a fraction, latency µs), the plotted curve.
+    curve_us: Vec<(f64, f64)>,
+}
+
+/// The --compare run: every server once per round, alternating the order.
+fn compare(args: &Args, msgs: &workload::Messages) -> Result<bool, String> {
+    if args.ticks.is_some() {
+        return Err("--ticks does not go with --compare".into());
     }
+    if args.rounds == 0 {
+        return Err("--rounds must be at least 1".into());
+    }
+    let targets = args
+        .compare
+        .iter()
+        .map(|s| Target::parse(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let plans = targets
+        .iter()
+        .map(|t| build_plan(args, t, msgs).map(Arc::new))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut totals: Vec<Option<Outcome>> = targets.iter().map(|_| None).collect();
+    let mut rounds: Vec<Vec<Summary>> = targets.iter().map(|_| Vec::new()).collect();
+    for round in 0..args.rounds {
+        let order: Vec<usize> = if round % 2 == 0 {
+            (0..targets.len()).collect()
+        } else {
+            (0..targets.len()).rev().collect()
+        };
+        for i in order {
+            let name = format!("{} (round {}/{})", targets[i].name, round + 1, args.rounds);
+            let o = run_once(args, plans[i].clone(), &name)?;
+            rounds[i].push(summarize(
+                args,
+                &plans[i],
+                &o.stats,
+                o.duration_s,
+                o.threads,
+            ));
+            match &mut totals[i] {
+                Some(t) => {
+                    t.stats.merge(&o.stats);
+                    t.duration_s += o.duration_s;
+                }
+                None => totals[i] = Some(o),
+            }
+        }
+    }
+    let mut servers = Vec::new();
+    let mut clean = true;
+    for ((t, total), rounds) in targets.iter().zip(totals).zip(rounds) {
+        let Some(o) = total else { continue };
+        let p = &plans[servers.len()];
+        clean &= o.stats.errors() == 0 && o.stats.mismatches() == 0;
+        servers.push(Server {
+            name: t.name.clone(),
+            url: t.url.clone(),
+            summary: summarize(args, p, &o.stats, o.duration_s, o.threads),
+            rounds,
+            curve_us: curve(&o.stats.hist),
+        });
+    }
+    let table = output::table(&servers_view(&servers), args.rate.is_some());
+    print!("{table}");
+    write_outputs(args, &servers, Some(&table))?;
+    Ok(clean)
+}
+
+fn servers_view(servers: &[Server]) -> Vec<(&str, &Summary)> {
+    servers
+        .iter()
+        .map(|s| (s.name.as_str(), &s.summary))
+        .collect()
+}
+
+/// The --json file and the --plot chart, when asked for.
+fn write_outputs(args: &Args, servers: &[Server], table: Option<&str>) -> Result<(), String> {
+    if let Some(path) = &args.json {
+        #[derive(Serialize)]
+        struct File<'a> {
+            servers: &'a [Server],
+            /// Each server's figures divided by the first's (--compare).
+            #[serde(skip_serializing_if = "Vec::is_empty")]
+            ratios: Vec<output::Ratios>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            table: Option<&'a str>,
+            rounds: usize,
+            command: Vec<String>,
+        }
+        let file = File {
+            servers,
+            ratios: output::ratios(&servers_view(servers)),
+            table,
+            rounds: if args.compare.is_empty() {
+                1
+            } else {
+                args.rounds
+            },
+            command: std::env::args().collect(),
+        };
+        let text = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())?;
+        std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if let Some(path) = &args.plot {
+        let curves: Vec<(&str, &[(f64, f64)])> = servers
+            .iter()
+            .map(|s| (s.name.as_str(), s.curve_us.as_slice()))
+            .collect();
+        plot::draw(path, &curves, &plot_title(args))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The chart's caption: what was run.
+fn plot_title(args: &Args) -> String {
+    let load = match args.rate {
+        Some(r) => format!("open loop, {r} msg/s"),
+        None => format!("closed loop, depth {}", args.depth),
+    };
+    let what = match &args.workload {
+        Some(w) => w
+            .file_name()
+            .map_or_else(String::new, |f| f.to_string_lossy().into_owned()),
+        None => args.mix.clone(),
+    };
+    format!(
+        "latency by percentile: {what}, {} connections, {load}",
+        args.connections
+    )
 }

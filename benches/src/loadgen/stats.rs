@@ -1,5 +1,6 @@
 //! Counters and latency histograms, per thread, merged at the end.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -52,13 +53,20 @@ pub(crate) struct Stats {
     /// Open loop: latency from each message's actual write (ns), what a closed-loop tool
     /// would report for the same run.
     pub(crate) service: Histogram<u64>,
+    /// Latency per label (the method of single requests, `batch`, or a workload line's
+    /// name), indexed as `Plan::labels`.
+    pub(crate) by_label: Vec<Histogram<u64>>,
+    /// JSON-RPC error answers by their `code` (`None`: no integer code).
+    pub(crate) error_codes: BTreeMap<Option<i64>, u64>,
+    /// Messages of notifications only, written (measured): nothing answers them.
+    pub(crate) notifications: u64,
     pub(crate) last_done: Option<Instant>,
     pub(crate) reports: u32,
     pub(crate) thread: usize,
 }
 
 impl Stats {
-    pub(crate) fn new(thread: usize) -> Stats {
+    pub(crate) fn new(thread: usize, labels: usize) -> Stats {
         Stats {
             requests: 0,
             responses: 0,
@@ -68,15 +76,22 @@ impl Stats {
             // 1 ns to 100 s, 3 significant digits; allocated once.
             hist: histogram(),
             service: histogram(),
+            by_label: (0..labels).map(|_| histogram()).collect(),
+            error_codes: BTreeMap::new(),
+            notifications: 0,
             last_done: None,
             reports: 0,
             thread,
         }
     }
 
-    /// Records one measured latency.
-    pub(crate) fn record(&mut self, d: Duration) {
-        self.hist.saturating_record(nanos(d));
+    /// Records one measured latency, overall and under its label.
+    pub(crate) fn record(&mut self, label: usize, d: Duration) {
+        let ns = nanos(d);
+        self.hist.saturating_record(ns);
+        if let Some(h) = self.by_label.get_mut(label) {
+            h.saturating_record(ns);
+        }
     }
 
     /// Records one measured service time (open loop).
@@ -131,6 +146,13 @@ impl Stats {
         }
         let _ = self.hist.add(&o.hist);
         let _ = self.service.add(&o.service);
+        for (a, b) in self.by_label.iter_mut().zip(&o.by_label) {
+            let _ = a.add(b);
+        }
+        for (code, n) in &o.error_codes {
+            *self.error_codes.entry(*code).or_default() += n;
+        }
+        self.notifications += o.notifications;
         self.last_done = self.last_done.max(o.last_done);
     }
 }

@@ -1,14 +1,13 @@
 //! Subscriber mode (`--ticks`): counts the notifications subscriptions deliver.
 
 use std::io::{self, Read, Write};
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token};
 use serde::Serialize;
 
 use super::drivers::{connect, ws_frame, ws_header};
-use super::workload::{Plan, Transport};
+use super::plan::{Plan, Transport};
 use super::Args;
 
 /// The subscriber mode's summary.
@@ -32,7 +31,7 @@ pub(crate) struct Subscribed<'a> {
 
 /// Subscriber mode: connects, subscribes each connection to `subscribe_ticks [ms]`, and
 /// counts what arrives (one thread, one poll).
-pub(crate) fn subscribers(args: &Args, plan: &Plan, ms: f64) -> ExitCode {
+pub(crate) fn subscribers(args: &Args, plan: &Plan, ms: f64) -> Result<bool, String> {
     let run = || -> io::Result<Subscribed<'_>> {
         let mut poll = Poll::new()?;
         let mut conns = Vec::new();
@@ -43,7 +42,7 @@ pub(crate) fn subscribers(args: &Args, plan: &Plan, ms: f64) -> ExitCode {
             _ => Vec::new(),
         };
         message.extend_from_slice(request.as_bytes());
-        if plan.transport == Transport::Tcp {
+        if plan.transport.lines() {
             message.push(b'\n');
         }
         for i in 0..args.connections {
@@ -134,11 +133,7 @@ pub(crate) fn subscribers(args: &Args, plan: &Plan, ms: f64) -> ExitCode {
         }
         let secs = end.saturating_duration_since(measure_from).as_secs_f64();
         Ok(Subscribed {
-            transport: if plan.transport == Transport::Ws {
-                "ws"
-            } else {
-                "tcp"
-            },
+            transport: plan.transport.name(),
             connections: args.connections,
             interval_ms: ms,
             duration_s: secs,
@@ -150,18 +145,7 @@ pub(crate) fn subscribers(args: &Args, plan: &Plan, ms: f64) -> ExitCode {
             target: &plan.target,
         })
     };
-    match run() {
-        Ok(summary) => {
-            println!("{}", serde_json::to_string(&summary).unwrap_or_default());
-            if summary.errors > 0 || summary.subscribed < args.connections {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            }
-        }
-        Err(e) => {
-            eprintln!("loadgen: {e}");
-            ExitCode::from(2)
-        }
-    }
+    let summary = run().map_err(|e| e.to_string())?;
+    println!("{}", serde_json::to_string(&summary).unwrap_or_default());
+    Ok(summary.errors == 0 && summary.subscribed == args.connections)
 }

@@ -9,8 +9,9 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use super::drivers::Track;
+use super::plan::Plan;
 use super::stats::{Problem, Stats};
-use super::workload::{Expect, Plan, ECHO_PARAMS, ID_DIGITS};
+use super::workload::{Expect, ECHO_PARAMS, ID_DIGITS};
 
 /// One JSON-RPC response, borrowed from the frame. A member that is present (even as
 /// `null`) is `Some`.
@@ -82,6 +83,10 @@ pub(crate) fn result_ok(expect: Expect, result: &RawValue, plan: &Plan) -> bool 
         Expect::GetData => serde_json::from_str::<(&RawValue, i64)>(text)
             .is_ok_and(|(s, n)| n == 5 && str_is(s.get(), "hello")),
         Expect::Null => text == "null",
+        Expect::Any => true,
+        Expect::Value(i) => plan.expected.get(i as usize).is_some_and(|want| {
+            serde_json::from_str::<serde_json::Value>(text).is_ok_and(|v| v == *want)
+        }),
         Expect::Echo => {
             text.as_bytes() == ECHO_PARAMS.as_bytes()
                 || serde_json::from_str::<serde_json::Value>(text)
@@ -304,7 +309,7 @@ pub(crate) fn answer(
             format_args!("id {text} is not in flight (unknown or answered twice){hint}"),
         );
         if let Answer::Error(e) = ans {
-            stats.problem(Problem::RpcError, 1, conn, format_args!("{}", e.get()));
+            rpc_error(stats, conn, e, "");
         }
         return;
     };
@@ -322,12 +327,7 @@ pub(crate) fn answer(
     let template = track.msgs[m].template as usize;
     match ans {
         Answer::Checked => {}
-        Answer::Error(e) => stats.problem(
-            Problem::RpcError,
-            1,
-            conn,
-            format_args!("id {text}: {}", e.get()),
-        ),
+        Answer::Error(e) => rpc_error(stats, conn, e, text),
         Answer::Result(result) => {
             let expect = plan.templates[template].calls[slot % per].expect;
             if !result_ok(expect, result, plan) {
@@ -344,4 +344,22 @@ pub(crate) fn answer(
     if only.is_none() && track.msgs[m].remaining == 0 {
         track.complete(m, now, plan, stats);
     }
+}
+
+/// Counts a JSON-RPC error answer, by its code.
+fn rpc_error(stats: &mut Stats, conn: usize, error: &RawValue, id: &str) {
+    #[derive(Deserialize)]
+    struct Code {
+        code: i64,
+    }
+    let code = serde_json::from_str::<Code>(error.get())
+        .ok()
+        .map(|c| c.code);
+    *stats.error_codes.entry(code).or_default() += 1;
+    stats.problem(
+        Problem::RpcError,
+        1,
+        conn,
+        format_args!("id {id}: {}", error.get()),
+    );
 }
