@@ -1,11 +1,12 @@
-//! A load generator for any JSON-RPC 2.0 server, over newline-delimited TCP, HTTP/1.1 or
-//! WebSocket.
+//! A load generator for any JSON-RPC 2.0 server, over newline-delimited TCP, a Unix
+//! socket, HTTP/1.1 or WebSocket. The user's guide is docs/LOADGEN.md.
 //!
 //! ```text
-//! cargo run --release -p benches --bin loadgen -- (--tcp ADDR | --http URL | --ws URL)
-//!     [--connections 16] [--depth 1] [--batch 0] [--mix subtract:1]
+//! cargo run --release -p benches --bin loadgen -- (--tcp ADDR | --unix PATH | --http URL
+//!         | --ws URL | --compare [NAME=]URL... [--rounds 3])
+//!     [--connections 16] [--depth 1] [--batch 0] [--mix subtract:1 | --workload FILE]
 //!     [--duration SECS | --count N] [--warmup SECS] [--threads 1] [--no-verify]
-//!     [--rate N]
+//!     [--rate N] [--json FILE] [--plot FILE.svg]
 //! ```
 //!
 //! Each connection keeps `--depth` messages in flight (written back to back: pipelining,
@@ -37,10 +38,11 @@
 //! however late: a server slower than the rate makes the run last longer.
 //!
 //! Latency is measured per message, from its write (open loop: its due time) to its
-//! complete answer, into an
-//! HdrHistogram per thread (nanoseconds, merged at the end; reported in µs). Messages
-//! written during `--warmup` are answered and verified but not counted. A progress line
-//! goes to stderr every second; the JSON summary to stdout at the end.
+//! complete answer, into HdrHistograms per thread, overall and per method (nanoseconds,
+//! merged at the end; reported in µs). Messages written during `--warmup` are answered
+//! and verified but not counted. On a terminal a progress line (rate, errors, p99 so
+//! far) is rewritten on stderr every second; the JSON summary goes to stdout at the end
+//! (with `--compare`, a table instead; `--json` and `--plot` write the rest).
 //!
 //! Each thread (`--threads`) drives its share of the connections with its own `mio`
 //! poll, edge-triggered. Requests are serialized once at start-up (each distinct message,
