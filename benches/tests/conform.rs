@@ -96,13 +96,13 @@ fn broken(mangle: fn(&[u8], Option<String>) -> Option<String>) -> String {
                     };
                     match mangle(frame, answer) {
                         Some(a) if a == "CLOSE" => return,
-                        Some(a) => {
+                        Some(a)
                             if w.write_all(format!("{}\n", a.trim_end()).as_bytes())
-                                .is_err()
-                            {
-                                return;
-                            }
+                                .is_err() =>
+                        {
+                            return
                         }
+                        Some(_) => {}
                         None => {}
                     }
                 }

@@ -42,6 +42,9 @@ fn is_probe_answer(msg: &[u8]) -> bool {
         == Some(Value::String(PROBE_ID.into()))
 }
 
+/// Why the probe went unanswered, and the messages before.
+type Unanswered = (String, Vec<Vec<u8>>);
+
 /// A message stream: newline-delimited JSON or WebSocket messages.
 struct Stream {
     pipe: Pipe,
@@ -81,7 +84,7 @@ impl Stream {
     }
 
     /// The messages before the probe's answer; `Err` says why the probe went unanswered.
-    fn until_probe(&mut self, deadline: Instant) -> Result<Vec<Vec<u8>>, (String, Vec<Vec<u8>>)> {
+    fn until_probe(&mut self, deadline: Instant) -> Result<Vec<Vec<u8>>, Unanswered> {
         let mut msgs = Vec::new();
         loop {
             match self.next(deadline) {

@@ -502,7 +502,7 @@ pub fn next_ws(p: &mut Pipe, deadline: Instant) -> Next {
                     }
                     0x9 => p.write(ws_frame(0xA, &payload)),
                     0xA => {}
-                    0x0 | 0x1 | 0x2 => {
+                    0x0..=0x2 => {
                         message
                             .get_or_insert_with(Vec::new)
                             .extend_from_slice(&payload);
