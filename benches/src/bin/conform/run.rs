@@ -67,7 +67,7 @@ impl Stream {
     /// `msg` framed: a WebSocket text frame, or the line with its `\n`.
     fn frame(&self, msg: &[u8]) -> Vec<u8> {
         if self.ws {
-            wire::ws_frame(0x1, msg)
+            wire::ws_frame(ws_opcode(msg), msg)
         } else {
             let mut v = msg.to_vec();
             v.push(b'\n');
@@ -85,11 +85,27 @@ impl Stream {
 
     /// The messages before the probe's answer; `Err` says why the probe went unanswered.
     fn until_probe(&mut self, deadline: Instant) -> Result<Vec<Vec<u8>>, Unanswered> {
+        self.until_probe_and(0, deadline)
+    }
+
+    /// The messages other than the probe's answer, read until that answer and at least
+    /// `min` others came (or, the probe answered, until `deadline`): a server that answers
+    /// concurrently (jsonrpsee over WebSocket) may answer the probe first.
+    fn until_probe_and(
+        &mut self,
+        min: usize,
+        deadline: Instant,
+    ) -> Result<Vec<Vec<u8>>, Unanswered> {
         let mut msgs = Vec::new();
+        let mut probed = false;
         loop {
+            if probed && msgs.len() >= min {
+                return Ok(msgs);
+            }
             match self.next(deadline) {
-                Next::Msg(m) if is_probe_answer(&m) => return Ok(msgs),
+                Next::Msg(m) if !probed && is_probe_answer(&m) => probed = true,
                 Next::Msg(m) => msgs.push(m),
+                Next::Closed(_) | Next::Timeout if probed => return Ok(msgs),
                 Next::Closed(code) => {
                     let how = code
                         .map(|c| format!(" (close code {c})"))
@@ -121,6 +137,16 @@ impl Stream {
             .as_ref()
             .map(|e| format!(" [{e}]"))
             .unwrap_or_default()
+    }
+}
+
+/// A text frame, or a binary one for bytes that are not UTF-8: a text frame's payload
+/// must be (RFC 6455 §8.1: the peer fails the connection, 1007).
+fn ws_opcode(msg: &[u8]) -> u8 {
+    if std::str::from_utf8(msg).is_ok() {
+        0x1
+    } else {
+        0x2
     }
 }
 
@@ -231,7 +257,8 @@ fn exchange(target: &Target, frame: &[u8], expect: &Expect, s: &Settings) -> (Ve
         let mut bytes = st.frame(&msg);
         bytes.extend(st.frame(PROBE));
         st.pipe.write(bytes);
-        match st.until_probe(Instant::now() + s.timeout) {
+        let min = usize::from(!matches!(expect, Expect::Nothing));
+        match st.until_probe_and(min, Instant::now() + s.timeout) {
             Ok(msgs) => (check::judge(expect, &msgs), show_msgs(&msgs)),
             Err((e, msgs)) => {
                 // The case's own answers may be right; the server still failed to go on.
@@ -321,7 +348,7 @@ fn corpus(case: &Case, bytes: &[u8], target: &Target, s: &Settings) -> Outcome {
         let mut w = st.frame(bytes);
         w.extend(st.frame(PROBE));
         st.pipe.write(w);
-        match st.until_probe(Instant::now() + s.timeout) {
+        match st.until_probe_and(usize::from(!lines_only), Instant::now() + s.timeout) {
             Ok(msgs) => {
                 out.got = show_msgs(&msgs);
                 msgs
@@ -440,7 +467,7 @@ fn framed(target: &Target, msg: &[u8], line_end: &[u8]) -> Vec<u8> {
                 Op::Pause(_) => Vec::new(),
             })
             .collect(),
-        Target::Ws { .. } => wire::ws_frame(0x1, msg),
+        Target::Ws { .. } => wire::ws_frame(ws_opcode(msg), msg),
         _ => {
             let mut v = msg.to_vec();
             v.extend_from_slice(line_end);
