@@ -260,3 +260,20 @@ fn malformed_responses_fail_the_shape_cases() {
         assert!(f.iter().any(|n| n == name), "{name} did not fail: {f:?}");
     }
 }
+
+#[test]
+fn stdio_serde_baseline_passes_and_a_missing_method_skips() {
+    // The serde_json baseline over stdio (a child process per case) has no `sum`: the
+    // mixed batch of section 7 is skipped with a note, not failed.
+    let url = format!("stdio:{}", env!("CARGO_BIN_EXE_stdio_serde"));
+    let (code, out) = conform(&[&url]);
+    let (passed, failed, skipped) = summary(&out);
+    assert_eq!(failed, 0, "{out}");
+    assert!(passed > 400, "{out}");
+    assert_eq!(skipped, 1, "{out}");
+    assert!(
+        out.contains("SKIP spec.batch: the server has no `sum`"),
+        "{out}"
+    );
+    assert_eq!(code, Some(0));
+}
