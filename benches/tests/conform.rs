@@ -1,0 +1,279 @@
+//! The `conform` binary against ringrpc's demo server (nothing may fail) and against
+//! deliberately broken servers (each breaks one rule; the cases of that rule must fail).
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::process::Command;
+
+use ringrpc::server::Server;
+use ringrpc::{demo, Config, Outcome};
+
+/// Runs `conform` with `args`; its exit code and stdout.
+fn conform(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_conform"))
+        .args(args)
+        .output()
+        .expect("run conform");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// The summary line's three counts.
+fn summary(stdout: &str) -> (usize, usize, usize) {
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.contains(" passed, "))
+        .unwrap_or_else(|| panic!("no summary line in {stdout}"));
+    let n: Vec<usize> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .take(3)
+        .map(|s| s.parse().unwrap())
+        .collect();
+    (n[0], n[1], n[2])
+}
+
+/// The names of the failed cases.
+fn failed(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("FAIL "))
+        .map(|l| l.split(':').next().unwrap_or("").to_string())
+        .collect()
+}
+
+#[test]
+fn ringrpc_passes_every_case() {
+    let mut server = Server::new(demo::engine(Config::default())).unwrap();
+    let tcp = server.listen_tcp("127.0.0.1:0").unwrap();
+    let http = server.listen_http("127.0.0.1:0").unwrap();
+    let stop = server.handle();
+    let thread = std::thread::spawn(move || server.run());
+    for url in [format!("tcp://{tcp}"), format!("http://{http}/")] {
+        let (code, out) = conform(&[&url]);
+        let (passed, failed, skipped) = summary(&out);
+        assert_eq!((failed, skipped), (0, 0), "{url}:\n{out}");
+        assert!(passed > 400, "{url}: only {passed} passed\n{out}");
+        assert_eq!(code, Some(0), "{url}");
+    }
+    stop.shutdown();
+    thread.join().unwrap().unwrap();
+}
+
+/// A newline-delimited TCP server answering each line as ringrpc's demo engine does,
+/// then passing the answer (None: no answer) and the request line through `mangle`.
+fn broken(mangle: fn(&[u8], Option<String>) -> Option<String>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let engine = std::sync::Arc::new(demo::engine(Config::default()));
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { continue };
+            let engine = engine.clone();
+            std::thread::spawn(move || {
+                let mut w = conn.try_clone().unwrap();
+                let mut r = BufReader::new(conn);
+                let mut scratch = engine.scratch();
+                let mut line = Vec::new();
+                loop {
+                    line.clear();
+                    match r.read_until(b'\n', &mut line) {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    }
+                    let frame = line.strip_suffix(b"\n").unwrap_or(&line);
+                    let frame = frame.strip_suffix(b"\r").unwrap_or(frame);
+                    if frame.iter().all(|b| b.is_ascii_whitespace()) {
+                        continue;
+                    }
+                    let mut out = Vec::new();
+                    let answer = match engine.handle(frame, &mut scratch, &mut out) {
+                        Outcome::Reply => Some(String::from_utf8_lossy(&out).into_owned()),
+                        Outcome::Nothing => None,
+                    };
+                    match mangle(frame, answer) {
+                        Some(a) if a == "CLOSE" => return,
+                        Some(a)
+                            if w.write_all(format!("{}\n", a.trim_end()).as_bytes())
+                                .is_err() =>
+                        {
+                            return
+                        }
+                        Some(_) => {}
+                        None => {}
+                    }
+                }
+            });
+        }
+    });
+    format!("tcp://{addr}")
+}
+
+/// Runs `conform` (no corpus unless `corpus`) against a broken server; the failed names.
+fn broken_run(mangle: fn(&[u8], Option<String>) -> Option<String>, only: &[&str]) -> Vec<String> {
+    let url = broken(mangle);
+    let mut args = vec!["--timeout-ms", "3000"];
+    for o in only {
+        args.push("--only");
+        args.push(o);
+    }
+    args.push(&url);
+    let (code, out) = conform(&args);
+    let f = failed(&out);
+    assert_eq!(summary(&out).1, f.len(), "{out}");
+    assert_eq!(code, Some(if f.is_empty() { 0 } else { 1 }), "{out}");
+    f
+}
+
+fn is_probe(frame: &[u8]) -> bool {
+    String::from_utf8_lossy(frame).contains("conform-probe")
+}
+
+#[test]
+fn the_unmodified_engine_passes() {
+    // The harness itself adds no failure: the same engine behind the scripted server.
+    let f = broken_run(|_, a| a, &["spec.", "id.", "notify.", "batch.", "request."]);
+    assert!(f.is_empty(), "{f:?}");
+}
+
+#[test]
+fn answering_notifications_fails_the_notification_cases() {
+    let f = broken_run(
+        |_, a| Some(a.unwrap_or_else(|| r#"{"jsonrpc":"2.0","result":null,"id":null}"#.into())),
+        &["spec.", "notify.", "id."],
+    );
+    for name in [
+        "spec.notification-update",
+        "spec.batch-all-notifications",
+        "notify.call-method",
+    ] {
+        assert!(f.iter().any(|n| n == name), "{name} did not fail: {f:?}");
+    }
+    assert!(!f.iter().any(|n| n.starts_with("id.")), "{f:?}");
+}
+
+#[test]
+fn ids_as_strings_fail_the_id_cases() {
+    // Every numeric id comes back as a string.
+    let f = broken_run(
+        |_, a| {
+            let mut v: serde_json::Value = serde_json::from_str(&a?).ok()?;
+            if let Some(id) = v.get_mut("id") {
+                if id.is_number() {
+                    *id = serde_json::Value::String(id.to_string());
+                }
+            }
+            Some(v.to_string())
+        },
+        &["id.", "notify."],
+    );
+    for name in ["id.zero", "id.exponent", "id.int-u64-max"] {
+        assert!(f.iter().any(|n| n == name), "{name} did not fail: {f:?}");
+    }
+    assert!(
+        !f.iter()
+            .any(|n| n == "id.string" || n.starts_with("notify.")),
+        "{f:?}"
+    );
+}
+
+#[test]
+fn rejecting_whole_batches_fails_the_batch_cases() {
+    let f = broken_run(
+        |frame, a| {
+            if frame.first() == Some(&b'[') && frame.len() > 2 && !is_probe(frame) {
+                Some(
+                    r#"{"jsonrpc":"2.0","error":{"code":-32600,"message":"no batches"},"id":null}"#
+                        .into(),
+                )
+            } else {
+                a
+            }
+        },
+        &["batch.", "spec."],
+    );
+    for name in [
+        "batch.one-call",
+        "batch.bad-element-others-stand",
+        "spec.batch",
+        "spec.invalid-batch",
+    ] {
+        assert!(f.iter().any(|n| n == name), "{name} did not fail: {f:?}");
+    }
+    assert!(
+        !f.iter()
+            .any(|n| n == "spec.positional-1" || n == "spec.empty-array"),
+        "{f:?}"
+    );
+}
+
+#[test]
+fn wrong_parse_error_codes_fail_the_parse_and_corpus_cases() {
+    let f = broken_run(
+        |_, a| a.map(|a| a.replace("-32700", "-32600")),
+        &["parse.", "corpus.n_", "spec.positional"],
+    );
+    assert!(f.iter().any(|n| n == "parse.truncated"), "{f:?}");
+    assert!(
+        f.iter().filter(|n| n.starts_with("corpus.n_")).count() > 100,
+        "{f:?}"
+    );
+    assert!(!f.iter().any(|n| n.starts_with("spec.")), "{f:?}");
+}
+
+#[test]
+fn a_server_dying_on_bad_json_fails_robustness_and_corpus() {
+    // The connection is dropped on a parse error: the request after it goes unanswered.
+    let f = broken_run(
+        |_, a| match a {
+            Some(a) if a.contains("-32700") => Some("CLOSE".into()),
+            a => a,
+        },
+        &["corpus.n_string", "parse.", "robust.", "spec.positional"],
+    );
+    assert!(f.iter().any(|n| n.starts_with("corpus.n_string")), "{f:?}");
+    assert!(f.iter().any(|n| n == "parse.trailing-garbage"), "{f:?}");
+    assert!(!f.iter().any(|n| n.starts_with("spec.")), "{f:?}");
+}
+
+#[test]
+fn malformed_responses_fail_the_shape_cases() {
+    // "jsonrpc" left out of every answer but the probe's.
+    let f = broken_run(
+        |frame, a| {
+            let a = a?;
+            if is_probe(frame) {
+                return Some(a);
+            }
+            Some(a.replace(r#""jsonrpc":"2.0","#, ""))
+        },
+        &["response.", "spec.positional-1"],
+    );
+    for name in [
+        "response.result-shape",
+        "response.error-shape",
+        "spec.positional-1",
+    ] {
+        assert!(f.iter().any(|n| n == name), "{name} did not fail: {f:?}");
+    }
+}
+
+#[test]
+fn stdio_serde_baseline_passes_and_a_missing_method_skips() {
+    // The serde_json baseline over stdio (a child process per case) has no `sum`: the
+    // mixed batch of section 7 is skipped with a note, not failed.
+    let url = format!("stdio:{}", env!("CARGO_BIN_EXE_stdio_serde"));
+    let (code, out) = conform(&[&url]);
+    let (passed, failed, skipped) = summary(&out);
+    assert_eq!(failed, 0, "{out}");
+    assert!(passed > 400, "{out}");
+    assert_eq!(skipped, 1, "{out}");
+    assert!(
+        out.contains("SKIP spec.batch: the server has no `sum`"),
+        "{out}"
+    );
+    assert_eq!(code, Some(0));
+}
