@@ -145,6 +145,13 @@ impl Sink {
         self.sub.push(|out| out.extend_from_slice(json))
     }
 
+    /// As [`Sink::send_raw`], with a result shared by many subscriptions: only a
+    /// reference is queued (the proxy's fan-out).
+    #[cfg_attr(not(feature = "proxy"), allow(dead_code))]
+    pub(crate) fn send_shared(&self, json: &bytes::Bytes) -> Result<(), SinkClosed> {
+        self.sub.push_shared(json)
+    }
+
     /// Whether the subscription has ended (and why).
     pub fn closed(&self) -> Option<SinkClosed> {
         self.sub.lock().closed
@@ -389,10 +396,18 @@ enum CloseNote {
     Error(Box<[u8]>),
 }
 
+/// A notification queued: whole, or (a result shared by many subscriptions, the
+/// notification written around it when delivered) its `result` text alone.
+#[derive(Debug)]
+enum Item {
+    Whole(Vec<u8>),
+    Result(bytes::Bytes),
+}
+
 #[derive(Debug, Default)]
 struct Inner {
-    /// Whole notifications (JSON), oldest first.
-    items: VecDeque<Vec<u8>>,
+    /// Notifications, oldest first.
+    items: VecDeque<Item>,
     /// Dropped since the last delivery (under [`Lagging::DropOldest`]).
     dropped: u64,
     /// On the reactor's ready list (or waiting for the output to drain).
@@ -428,14 +443,30 @@ impl SubState {
         out.extend_from_slice(br#""result":"#);
         result(&mut out);
         out.extend_from_slice(b"}}");
-        let mut st = self.lock();
+        self.enqueue(self.lock(), Item::Whole(out))
+    }
+
+    /// Queues a notification whose `result` is `json` (one JSON value, shared with other
+    /// subscriptions: only a reference is queued, and the notification is written
+    /// around it when delivered, into a buffer reused there). A proxy's fan-out: no
+    /// copy nor allocation per subscription.
+    pub(crate) fn push_shared(self: &Arc<Self>, json: &bytes::Bytes) -> Result<(), SinkClosed> {
+        self.enqueue(self.lock(), Item::Result(json.clone()))
+    }
+
+    /// Queues `item` (the oldest dropped, or the subscription ended, when full).
+    fn enqueue(
+        self: &Arc<Self>,
+        mut st: MutexGuard<'_, Inner>,
+        item: Item,
+    ) -> Result<(), SinkClosed> {
         if let Some(why) = st.closed {
             return Err(why);
         }
         if st.items.len() >= self.config.capacity {
             match self.config.lagging {
                 Lagging::DropOldest => {
-                    if let Some(old) = st.items.pop_front() {
+                    if let Some(Item::Whole(old)) = st.items.pop_front() {
                         keep_spare(&mut st, old);
                     }
                     st.dropped += 1;
@@ -453,7 +484,7 @@ impl SubState {
                 }
             }
         }
-        st.items.push_back(out);
+        st.items.push_back(item);
         self.schedule(&mut st);
         Ok(())
     }
@@ -518,18 +549,30 @@ impl SubState {
     ) -> bool {
         let mut st = self.lock();
         if st.dropped > 0 && room(out) {
-            let mut note = Vec::with_capacity(self.prefix.len() + 32);
+            let mut note = st.spare.pop().unwrap_or_default();
             note.extend_from_slice(&self.prefix);
             let _ = write!(note, r#""lagged":{}}}}}"#, st.dropped);
             frame(out, &note);
+            keep_spare(&mut st, note);
             st.dropped = 0;
         }
         while room(out) {
             let Some(item) = st.items.pop_front() else {
                 break;
             };
-            frame(out, &item);
-            keep_spare(&mut st, item);
+            let whole = match item {
+                Item::Whole(whole) => whole,
+                Item::Result(json) => {
+                    let mut whole = st.spare.pop().unwrap_or_default();
+                    whole.extend_from_slice(&self.prefix);
+                    whole.extend_from_slice(br#""result":"#);
+                    whole.extend_from_slice(&json);
+                    whole.extend_from_slice(b"}}");
+                    whole
+                }
+            };
+            frame(out, &whole);
+            keep_spare(&mut st, whole);
         }
         if st.items.is_empty() && st.close_note.is_some() && room(out) {
             let mut note = Vec::with_capacity(self.prefix.len() + 200);
