@@ -571,3 +571,115 @@ fn a_subscribe_answered_after_its_caller_gave_up_is_unsubscribed_upstream() {
     front.stop();
     drop(proxy);
 }
+
+#[test]
+fn an_upstreams_lagged_error_and_closed_notifications_are_relayed() {
+    // A scripted upstream: subscription "0xa" for params [1], "0xb" for [2]; then,
+    // once both are open, a script of notifications; then it reports the next line it
+    // reads (there should be none before the test's own `ping` through the proxy).
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (line_tx, line_rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        let mut r = BufReader::new(s);
+        for _ in 0..2 {
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            let sub: Value = serde_json::from_str(&line).unwrap();
+            let id = if sub["params"] == json!([1]) {
+                "0xa"
+            } else {
+                "0xb"
+            };
+            let answer = json!({"jsonrpc":"2.0","id":sub["id"],"result":id});
+            r.get_mut()
+                .write_all(format!("{answer}\n").as_bytes())
+                .unwrap();
+        }
+        go_rx.recv_timeout(WAIT).unwrap();
+        let script = concat!(
+            r#"{"jsonrpc":"2.0","method":"tick","params":{"subscription":"0xa","result":{"k": [1, "x"]}}}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","method":"tick","params":{"subscription":"0xa","lagged":5}}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","method":"tick","params":{"subscription":"0xa","result":2}}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","method":"tick","params":{"subscription":"0xa","error":{"code":-32099, "message":"feed gone","data":[1]}}}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","method":"tick","params":{"subscription":"0xb","closed":true}}"#,
+            "\n",
+            // Of no live subscription: dropped.
+            r#"{"jsonrpc":"2.0","method":"tick","params":{"subscription":"0xa","result":3}}"#,
+            "\n",
+        );
+        r.get_mut().write_all(script.as_bytes()).unwrap();
+        // What comes next is a call: ended upstream, nothing was unsubscribed.
+        let mut next = String::new();
+        r.read_line(&mut next).unwrap();
+        let _ = line_tx.send(next.clone());
+        let call: Value = serde_json::from_str(&next).unwrap();
+        let answer = json!({"jsonrpc":"2.0","id":call["id"],"result":"pong"});
+        r.get_mut()
+            .write_all(format!("{answer}\n").as_bytes())
+            .unwrap();
+    });
+    let (proxy, front) = ticks_proxy(&format!("tcp://{addr}"), |b| {
+        b.health_interval(Duration::ZERO);
+    });
+    let mut a = Lines::connect(front.tcp);
+    let ida = a.subscribe("[1]");
+    let mut b = Lines::connect(front.tcp);
+    let idb = b.subscribe("[2]");
+    go_tx.send(()).unwrap();
+    let note = |id: &Value, tail: &str| {
+        format!(r#"{{"jsonrpc":"2.0","method":"tick","params":{{"subscription":{id},{tail}}}}}"#)
+    };
+    assert_eq!(a.line(), note(&ida, r#""result":{"k": [1, "x"]}"#));
+    assert_eq!(a.line(), note(&ida, r#""lagged":5"#));
+    assert_eq!(a.line(), note(&ida, r#""result":2"#));
+    assert_eq!(
+        a.line(),
+        note(
+            &ida,
+            r#""error":{"code":-32099, "message":"feed gone","data":[1]}"#
+        )
+    );
+    assert_eq!(b.line(), note(&idb, r#""closed":true"#));
+    a.send(r#"{"jsonrpc":"2.0","method":"ping","id":9}"#);
+    assert_eq!(a.next(), json!({"jsonrpc":"2.0","id":9,"result":"pong"}));
+    let next: Value = serde_json::from_str(&line_rx.recv_timeout(WAIT).unwrap()).unwrap();
+    assert_eq!(next["method"], "ping", "{next}");
+    let series = format!("ringrpc_proxy_subscriptions{{upstream=\"tcp://{addr}\"}}");
+    assert_eq!(scraped(front.http, &series), Some(0.0));
+    front.stop();
+    drop(proxy);
+}
+
+#[test]
+fn a_subscribe_in_a_batch_is_answered_in_its_place_before_its_notifications() {
+    let upstream = Served::start(demo::engine(Config::default()), ServerConfig::default());
+    let (proxy, front) = ticks_proxy(&format!("tcp://{}", upstream.tcp), |_| {});
+    let mut c = Lines::connect(front.tcp);
+    c.send(
+        r#"[{"jsonrpc":"2.0","method":"ping","id":1},{"jsonrpc":"2.0","method":"subscribe_ticks","params":[1],"id":2},{"jsonrpc":"2.0","method":"delay","params":[50],"id":3}]"#,
+    );
+    let answers = c.next();
+    let answers = answers.as_array().expect("the batch's answer first");
+    assert_eq!(answers[0], json!({"jsonrpc":"2.0","id":1,"result":"pong"}));
+    assert_eq!(answers[1]["id"], 2);
+    let id = answers[1]["result"].clone();
+    assert!(id.is_u64(), "{answers:?}");
+    assert_eq!(answers[2], json!({"jsonrpc":"2.0","id":3,"result":null}));
+    for want in 0..20u64 {
+        let v = c.next();
+        assert_eq!(v["params"]["subscription"], id, "{v}");
+        assert_eq!(v["params"]["result"], want, "{v}");
+    }
+    drop(c);
+    front.stop();
+    drop(proxy);
+    upstream.stop();
+}

@@ -19,6 +19,12 @@
 //! failing upstream fails only the elements sent to it); **notifications** are
 //! forwarded and never answered.
 //!
+//! **Subscriptions** declared with [`ProxyBuilder::subscription`] are forwarded to
+//! stream upstreams (`tcp://`, `unix://`): identical ones (the same method and params,
+//! compared canonically) of any number of clients share one upstream subscription, each
+//! client with its own subscription id, its own bounded queue, and every notification's
+//! `result` as its bytes came. See docs/PROXY.md, "Subscriptions".
+//!
 //! **Failures** are answered, never lost: an upstream that cannot be reached, closes
 //! the connection, or sends something that is not a JSON-RPC response fails the calls
 //! waiting on that connection with `-32000` (`data.reason` `"upstream_unavailable"`),
