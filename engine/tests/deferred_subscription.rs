@@ -232,7 +232,7 @@ fn the_final_forms_a_relaying_server_writes() {
         assert_eq!(c.next()["result"], sink.id());
         sink
     };
-    // An upstream's lagged count, told before the next notification.
+    // An upstream's lagged count.
     let a = open(&mut c, 1);
     a.missed(7).unwrap();
     assert_eq!(
@@ -250,6 +250,19 @@ fn the_final_forms_a_relaying_server_writes() {
             a.id()
         )
     );
+    // In its place among the notifications queued.
+    a.send(&1).unwrap();
+    a.missed(3).unwrap();
+    a.send(&2).unwrap();
+    for tail in [r#""result":1"#, r#""lagged":3"#, r#""result":2"#] {
+        assert_eq!(
+            c.line(),
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"note","params":{{"subscription":{},{tail}}}}}"#,
+                a.id()
+            )
+        );
+    }
     // An upstream's error object, as its bytes came; nothing follows.
     let (told, heard) = mpsc::channel();
     a.on_close(move |why| {
@@ -288,6 +301,16 @@ fn the_final_forms_a_relaying_server_writes() {
     assert_eq!(c.next()["params"]["closed"], true);
     c.send(r#"{"jsonrpc":"2.0","method":"ping","id":9}"#);
     assert_eq!(c.next()["id"], 9, "nothing else came");
+}
+
+#[test]
+fn a_deferred_subscribe_sent_as_a_notification_opens_nothing() {
+    let (server, rx) = served(Config::default());
+    let mut c = Lines::connect(server.tcp);
+    c.send(r#"{"jsonrpc":"2.0","method":"sub","params":["n"]}"#);
+    c.send(r#"{"jsonrpc":"2.0","method":"ping","id":1}"#);
+    assert_eq!(c.next(), json!({"jsonrpc":"2.0","id":1,"result":"pong"}));
+    assert!(rx.try_recv().is_err(), "the handler was not called");
 }
 
 #[test]

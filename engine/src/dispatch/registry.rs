@@ -464,8 +464,11 @@ impl RegistryBuilder {
                 ));
             };
             if ctx.id().is_none() {
-                // Sent as a notification: nothing is opened (and nothing answered).
-                return;
+                // Sent as a notification: nothing is opened (nothing is answered either;
+                // the after hook sees the error, as for `subscription`).
+                return responder.error(RpcError::invalid_params(
+                    "a subscription needs an id: sent as a notification, none is opened",
+                ));
             }
             let Some(sink) = push.open(&notification, config) else {
                 return responder.error(RpcError::new(

@@ -191,24 +191,27 @@ impl Sink {
             .end_with(SinkClosed::Closed, Some(CloseNote::Error(tail.into())));
     }
 
-    /// Counts `n` notifications lost before the next one, as if this subscription's
-    /// queue had dropped them: the peer's next `{"subscription":ID,"lagged":N}` includes
-    /// them (a proxy relaying an upstream's `lagged` count). The count is told before
-    /// the notifications still queued, not at its place among them.
+    /// Tells the peer that `n` notifications were lost here, after those already
+    /// sent: a `{"subscription":ID,"lagged":N}` notification in its place among them
+    /// (a proxy relaying an upstream's `lagged` count; it takes a place in the queue,
+    /// and if it is dropped from a full queue its count goes into the next `lagged`).
     ///
     /// # Errors
     ///
     /// The subscription has ended.
     pub fn missed(&self, n: u64) -> Result<(), SinkClosed> {
         let mut st = self.sub.lock();
-        if let Some(why) = st.closed {
-            return Err(why);
+        if n == 0 {
+            return st.closed.map_or(Ok(()), Err);
         }
-        if n > 0 {
-            st.dropped = st.dropped.saturating_add(n);
-            self.sub.schedule(&mut st);
+        // Next to another count not yet sent: one notification for both.
+        if st.closed.is_none() {
+            if let Some(Item::Lagged(k)) = st.items.back_mut() {
+                *k = k.saturating_add(n);
+                return Ok(());
+            }
         }
-        Ok(())
+        self.sub.enqueue(st, Item::Lagged(n))
     }
 
     /// Runs `f` once, when the subscription ends, with the reason (at once, here, if it
@@ -402,6 +405,8 @@ enum CloseNote {
 enum Item {
     Whole(Vec<u8>),
     Result(bytes::Bytes),
+    /// `N` lost at this place ([`Sink::missed`]): a `lagged` notification.
+    Lagged(u64),
 }
 
 #[derive(Debug, Default)]
@@ -466,10 +471,15 @@ impl SubState {
         if st.items.len() >= self.config.capacity {
             match self.config.lagging {
                 Lagging::DropOldest => {
-                    if let Some(Item::Whole(old)) = st.items.pop_front() {
-                        keep_spare(&mut st, old);
-                    }
-                    st.dropped += 1;
+                    let lost = match st.items.pop_front() {
+                        Some(Item::Whole(old)) => {
+                            keep_spare(&mut st, old);
+                            1
+                        }
+                        Some(Item::Lagged(k)) => k,
+                        Some(Item::Result(_)) | None => 1,
+                    };
+                    st.dropped = st.dropped.saturating_add(lost);
                 }
                 Lagging::Close => {
                     st.closed = Some(SinkClosed::Lagged);
@@ -568,6 +578,12 @@ impl SubState {
                     whole.extend_from_slice(br#""result":"#);
                     whole.extend_from_slice(&json);
                     whole.extend_from_slice(b"}}");
+                    whole
+                }
+                Item::Lagged(n) => {
+                    let mut whole = st.spare.pop().unwrap_or_default();
+                    whole.extend_from_slice(&self.prefix);
+                    let _ = write!(whole, r#""lagged":{n}}}}}"#);
                     whole
                 }
             };
