@@ -78,6 +78,17 @@ struct Args {
     /// Connections to each upstream, shared by every client (default 2).
     #[arg(long, value_name = "N")]
     connections: Option<usize>,
+    /// Forward a subscription: SUBSCRIBE:NOTIFICATION:UNSUBSCRIBE (e.g.
+    /// eth_subscribe:eth_subscription:eth_unsubscribe); repeat it. Its subscribe method
+    /// is routed like any method, to a group of tcp:// or unix:// upstreams; identical
+    /// subscriptions of all clients share one upstream subscription.
+    #[arg(long, value_name = "SUB:NOTE:UNSUB")]
+    subscription: Vec<String>,
+    /// Notifications queued per client subscription while its client reads slowly
+    /// (then the oldest are dropped and counted in a `lagged` notification; default
+    /// 1024).
+    #[arg(long, value_name = "N")]
+    subscription_queue: Option<usize>,
     /// How long a forwarded call waits for its upstream, then -32001 upstream_timeout
     /// (default 30000).
     #[arg(long, value_name = "MS")]
@@ -183,6 +194,22 @@ fn proxy(a: &Args) -> Result<Proxy, String> {
     if let Some(n) = a.connections {
         b.connections(n);
     }
+    for spec in &a.subscription {
+        let mut parts = spec.split(':');
+        match (parts.next(), parts.next(), parts.next(), parts.next()) {
+            (Some(s), Some(n), Some(u), None) => {
+                b.subscription(s, n, u);
+            }
+            _ => {
+                return Err(format!(
+                    "--subscription {spec:?}: expected SUBSCRIBE:NOTIFICATION:UNSUBSCRIBE"
+                ))
+            }
+        }
+    }
+    if let Some(n) = a.subscription_queue {
+        b.subscription_queue(n);
+    }
     if let Some(ms) = a.upstream_timeout_ms {
         b.timeout(Duration::from_millis(ms.max(1)));
     }
@@ -207,7 +234,7 @@ fn guard(a: &Args) -> Result<Option<Guard>, GuardError> {
 fn serve(a: Args) -> Result<(), String> {
     let proxy = proxy(&a)?;
     let mut methods = Registry::builder();
-    proxy.install(&mut methods);
+    proxy.install(&mut methods).map_err(|e| e.to_string())?;
     let config = Config::default()
         .max_request_bytes(a.max_request_bytes)
         .max_response_bytes(a.max_response_bytes)

@@ -846,7 +846,10 @@ impl Engine {
             let responder = match (req.id, hooks) {
                 (Some(id), _) => {
                     let bytes = raw.container_range(nodes).map_or(0, |r| r.len());
-                    let mut r = defer.responder(id, req.method, metric, bytes, deadline);
+                    // A deferred subscribe answers by its deadline itself (see
+                    // `Subscribing`): the server does not time it out.
+                    let timed = deadline.filter(|_| !entry.is_some_and(|e| e.untimed));
+                    let mut r = defer.responder(id, req.method, metric, bytes, timed);
                     if let Some((d, key, fp, slot)) = ticket {
                         r.set_ticket(Ticket {
                             store: Arc::clone(&d.store),

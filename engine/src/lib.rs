@@ -125,7 +125,7 @@ pub use dispatch::context::{Connection, Context, Headers, Peer, Source, Transpor
 pub use dispatch::hooks::{Answered, Hooks};
 pub use dispatch::registry::{Registry, RegistryBuilder};
 pub use dispatch::responder::Responder;
-pub use dispatch::subscription::{Lagging, Sink, SinkClosed, SubscriptionConfig};
+pub use dispatch::subscription::{Lagging, Sink, SinkClosed, Subscribing, SubscriptionConfig};
 pub use engine::{Engine, Outcome, Scratch};
 pub use error::{AppCode, ErrorCode, FrameError, Reason, RegisterError, RpcError};
 pub use serializer::ResultWriter;

@@ -471,7 +471,7 @@ fn proxied(upstream: &str, timeout: Duration) -> (Served, ringrpc::proxy::Proxy)
         .start()
         .unwrap();
     let mut methods = ringrpc::Registry::builder();
-    proxy.install(&mut methods);
+    proxy.install(&mut methods).unwrap();
     let engine = Engine::new(methods.freeze(), Config::default());
     (Served::start(engine, ServerConfig::default()), proxy)
 }

@@ -17,7 +17,7 @@ use util::server::Served;
 /// Serves `proxy` as the fallback of an otherwise empty registry.
 fn served_proxy(proxy: &Proxy, config: Config) -> Served {
     let mut methods = Registry::builder();
-    proxy.install(&mut methods);
+    proxy.install(&mut methods).unwrap();
     let engine = Engine::new(methods.freeze(), config);
     if let Some(m) = engine.metrics() {
         proxy.export_metrics(m);
@@ -1457,7 +1457,7 @@ fn a_batch_through_engine_handle_is_forwarded() {
     .health_interval(Duration::ZERO);
     let proxy = b.start().unwrap();
     let mut methods = Registry::builder();
-    proxy.install(&mut methods);
+    proxy.install(&mut methods).unwrap();
     let engine = Engine::new(
         methods.freeze(),
         Config::default().request_timeout(Some(Duration::from_secs(5))),

@@ -61,7 +61,7 @@ fn forwarding_allocates_nothing() {
         .start()
         .unwrap();
     let mut methods = Registry::builder();
-    proxy.install(&mut methods);
+    proxy.install(&mut methods).unwrap();
     let mut front = Server::new(Engine::new(methods.freeze(), Config::default())).unwrap();
     let addr = front.listen_tcp("127.0.0.1:0").unwrap();
     let handle = front.handle();

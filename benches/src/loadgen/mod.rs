@@ -120,6 +120,11 @@ pub(crate) struct Args {
     /// `lagged` counts of dropped ones); the summary gives notifications per second.
     #[arg(long, value_name = "MS")]
     pub(crate) ticks: Option<f64>,
+    /// With --ticks: each connection's subscribe call differs (its interval written
+    /// `MS.000000000NNN`, NNN its number: the same interval to a microsecond's
+    /// billionth, but another call to a proxy that shares identical subscriptions).
+    #[arg(long, requires = "ticks")]
+    pub(crate) ticks_distinct: bool,
 }
 
 pub(crate) fn main() -> ExitCode {

@@ -35,16 +35,26 @@ pub(crate) fn subscribers(args: &Args, plan: &Plan, ms: f64) -> Result<bool, Str
     let run = || -> io::Result<Subscribed<'_>> {
         let mut poll = Poll::new()?;
         let mut conns = Vec::new();
-        let request =
-            format!(r#"{{"jsonrpc":"2.0","method":"subscribe_ticks","params":[{ms}],"id":1}}"#);
-        let mut message = match plan.transport {
-            Transport::Ws => ws_header(request.len()),
-            _ => Vec::new(),
+        let message = |i: usize| {
+            let interval = if args.ticks_distinct {
+                // A distinct text, the same interval (1e-12 ms apart at most 1e-9).
+                format!("{:.12}", ms + i as f64 * 1e-12)
+            } else {
+                format!("{ms}")
+            };
+            let request = format!(
+                r#"{{"jsonrpc":"2.0","method":"subscribe_ticks","params":[{interval}],"id":1}}"#
+            );
+            let mut message = match plan.transport {
+                Transport::Ws => ws_header(request.len()),
+                _ => Vec::new(),
+            };
+            message.extend_from_slice(request.as_bytes());
+            if plan.transport.lines() {
+                message.push(b'\n');
+            }
+            message
         };
-        message.extend_from_slice(request.as_bytes());
-        if plan.transport.lines() {
-            message.push(b'\n');
-        }
         for i in 0..args.connections {
             let mut s = connect(plan)?;
             poll.registry()
@@ -53,9 +63,9 @@ pub(crate) fn subscribers(args: &Args, plan: &Plan, ms: f64) -> Result<bool, Str
         }
         // Every connection made first, then all subscribe at once: no subscription
         // runs up a backlog while the others connect.
-        for (s, _, _) in &mut conns {
+        for (i, (s, _, _)) in conns.iter_mut().enumerate() {
             // A few dozen bytes into an empty socket buffer: written at once.
-            s.write_all(&message)?;
+            s.write_all(&message(i))?;
         }
         let start = Instant::now();
         let measure_from = start + Duration::from_secs_f64(args.warmup);

@@ -8,7 +8,7 @@ use rustc_hash::FxHashMap;
 use crate::codec::Params;
 use crate::dispatch::context::Context;
 use crate::dispatch::responder::Responder;
-use crate::dispatch::subscription::{Sink, SinkClosed, SubscriptionConfig};
+use crate::dispatch::subscription::{Sink, SinkClosed, Subscribing, SubscriptionConfig};
 use crate::error::{Reason, RegisterError, RpcError};
 use crate::serializer::ResultWriter;
 
@@ -40,6 +40,9 @@ pub(crate) struct Entry {
     pub(crate) dedup: bool,
     /// Its index among the metrics' method labels (set when frozen).
     pub(crate) metric: u32,
+    /// A deferred handler that answers by the call's deadline itself (a deferred
+    /// subscribe): the server does not answer it `-32001` (see [`Subscribing`]).
+    pub(crate) untimed: bool,
     /// [`Entry::plain`]'s answer, worked out when frozen: one test per call, not three.
     plain: bool,
 }
@@ -51,6 +54,7 @@ impl Entry {
             blocking: false,
             dedup: false,
             metric: 0,
+            untimed: false,
             plain: false,
         }
     }
@@ -395,6 +399,107 @@ impl RegistryBuilder {
             out.write(&closed)
         };
         self.insert(subscribe, Handler::CallCtx(Box::new(open)))?;
+        self.insert(unsubscribe, Handler::CallCtx(Box::new(close)))
+    }
+
+    /// Registers a subscription whose subscribe call is answered later: `f` gets a
+    /// [`Subscribing`] and, from any thread, accepts it (the call answers the
+    /// subscription's id and `f` gets its [`Sink`]) or rejects it with an error (the
+    /// call answers that error, and nothing is opened) — a proxy, once its upstream has
+    /// answered the subscription it forwarded. Otherwise as
+    /// [`RegistryBuilder::subscription_with`]: the unsubscribe method, the limits, the
+    /// transports that can carry it.
+    ///
+    /// The id's answer always precedes the subscription's first notification (the sink
+    /// is handed over by the accept). The server does not answer the call `-32001` at
+    /// its deadline: the handler answers by [`Subscribing::deadline`] (an accept after
+    /// it answers `-32001` and opens nothing).
+    ///
+    /// ```
+    /// use ringrpc::{Context, Params, Registry, Subscribing};
+    ///
+    /// let mut methods = Registry::builder();
+    /// methods.deferred_subscription("subscribe_feed", "feed", "unsubscribe_feed",
+    ///     Default::default(),
+    ///     |_ctx: &Context<'_>, _p: Params<'_>, s: Subscribing| {
+    ///         std::thread::spawn(move || {
+    ///             // ... once the feed is known to exist:
+    ///             if let Ok(sink) = s.accept() {
+    ///                 while sink.send(&"news").is_ok() {
+    ///                     std::thread::sleep(std::time::Duration::from_millis(100));
+    ///                 }
+    ///             }
+    ///         });
+    ///     })?;
+    /// # Ok::<(), ringrpc::RegisterError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`RegistryBuilder::method`], for either name.
+    pub fn deferred_subscription<F>(
+        &mut self,
+        subscribe: &str,
+        notification: &str,
+        unsubscribe: &str,
+        config: SubscriptionConfig,
+        f: F,
+    ) -> Result<&mut Self, RegisterError>
+    where
+        F: Fn(&Context<'_>, Params<'_>, Subscribing) + Send + Sync + 'static,
+    {
+        if self.methods.contains_key(unsubscribe) || subscribe == unsubscribe {
+            return Err(RegisterError::Duplicate(unsubscribe.to_owned()));
+        }
+        let notification: Box<str> = notification.into();
+        let open = move |ctx: &Context<'_>, params: Params<'_>, responder: Responder| {
+            let Some(push) = ctx.push() else {
+                return responder.error(RpcError::new(
+                    Reason::PushUnsupported,
+                    format!(
+                        "Method not found: {} is a subscription, and this transport cannot \
+                         carry its notifications (use WebSocket, TCP or Unix)",
+                        ctx.method()
+                    ),
+                ));
+            };
+            if ctx.id().is_none() {
+                // Sent as a notification: nothing is opened (nothing is answered either;
+                // the after hook sees the error, as for `subscription`).
+                return responder.error(RpcError::invalid_params(
+                    "a subscription needs an id: sent as a notification, none is opened",
+                ));
+            }
+            let Some(sink) = push.open(&notification, config) else {
+                return responder.error(RpcError::new(
+                    Reason::SubscriptionLimit,
+                    format!(
+                        "Limit exceeded: this connection holds {} subscriptions to {} already \
+                         (unsubscribe some first)",
+                        config.max_per_connection,
+                        ctx.method()
+                    ),
+                ));
+            };
+            // A panic drops the `Subscribing` while unwinding: nothing is opened, and
+            // the call is answered -32603.
+            f(
+                ctx,
+                params,
+                Subscribing::new(sink, responder, ctx.deadline()),
+            );
+        };
+        let close = |ctx: &Context<'_>, params: Params<'_>, out: &mut ResultWriter<'_>| {
+            let (id,): (u64,) = params.parse()?;
+            let closed = ctx
+                .push()
+                .is_some_and(|p| p.close(id, SinkClosed::Unsubscribed));
+            out.write(&closed)
+        };
+        self.insert(subscribe, Handler::Deferred(Box::new(open)))?;
+        if let Some(e) = self.methods.get_mut(subscribe) {
+            e.untimed = true;
+        }
         self.insert(unsubscribe, Handler::CallCtx(Box::new(close)))
     }
 

@@ -32,7 +32,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Serialize;
 
+use crate::dispatch::responder::Responder;
+use crate::error::{Reason, RpcError};
 use crate::serializer::json::write_str;
+use crate::serializer::response::write_error_tail;
 
 /// Numbers subscriptions, process-wide (so an id names one subscription on a server).
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -100,6 +103,10 @@ pub enum SinkClosed {
     /// gets an error notification (-32040, reason `unauthenticated`).
     #[error("the subscription's identity lost its credentials")]
     Revoked,
+    /// A deferred subscribe ([`Subscribing`]) was accepted after the call's deadline:
+    /// its caller was answered `-32001` instead, and nothing was opened.
+    #[error("the subscribe call was accepted after its deadline")]
+    TimedOut,
 }
 
 /// Where one subscription's notifications go: a handle for the producer, `Send` and
@@ -143,15 +150,230 @@ impl Sink {
         self.sub.push(|out| out.extend_from_slice(json))
     }
 
+    /// As [`Sink::send_raw`], with a result shared by many subscriptions: only a
+    /// reference is queued (the proxy's fan-out).
+    #[cfg_attr(not(feature = "proxy"), allow(dead_code))]
+    pub(crate) fn send_shared(&self, json: &bytes::Bytes) -> Result<(), SinkClosed> {
+        self.sub.push_shared(json)
+    }
+
     /// Whether the subscription has ended (and why).
     pub fn closed(&self) -> Option<SinkClosed> {
         self.sub.lock().closed
     }
 
     /// Ends the subscription from the server's side: no more notifications are sent
-    /// (those queued are still delivered).
+    /// (those queued are still delivered, then `{"subscription":ID,"closed":true}`).
     pub fn close(&self) {
         self.sub.end(SinkClosed::Closed);
+    }
+
+    /// Ends the subscription from the server's side with an error: after what is
+    /// queued, the peer gets `{"subscription":ID,"error":{…}}` with `e`'s code, message
+    /// and data, and nothing more. As [`Sink::close`] otherwise.
+    pub fn close_with_error(&self, e: &RpcError) {
+        let mut tail = Vec::with_capacity(128);
+        write_error_tail(
+            &mut tail,
+            e.code(),
+            format_args!("{}", e.message()),
+            e.data(),
+        );
+        tail.push(b'}');
+        self.sub
+            .end_with(SinkClosed::Closed, Some(CloseNote::Error(tail.into())));
+    }
+
+    /// As [`Sink::close_with_error`], with `object`, a whole error object the caller
+    /// vouches for (valid JSON, `{"code": …, "message": …}`), written as given: a proxy
+    /// relaying an upstream's error notification without decoding it.
+    pub fn close_with_raw_error(&self, object: &[u8]) {
+        let mut tail = Vec::with_capacity(object.len() + 16);
+        tail.extend_from_slice(br#""error":"#);
+        tail.extend_from_slice(object);
+        tail.extend_from_slice(b"}}");
+        self.sub
+            .end_with(SinkClosed::Closed, Some(CloseNote::Error(tail.into())));
+    }
+
+    /// Tells the peer that `n` notifications were lost here, after those already
+    /// sent: a `{"subscription":ID,"lagged":N}` notification in its place among them
+    /// (a proxy relaying an upstream's `lagged` count; it takes a place in the queue,
+    /// and if it is dropped from a full queue its count goes into the next `lagged`).
+    ///
+    /// # Errors
+    ///
+    /// The subscription has ended.
+    pub fn missed(&self, n: u64) -> Result<(), SinkClosed> {
+        let mut st = self.sub.lock();
+        if n == 0 {
+            return st.closed.map_or(Ok(()), Err);
+        }
+        // Next to another count not yet sent: one notification for both.
+        if st.closed.is_none() {
+            if let Some(Item::Lagged(k)) = st.items.back_mut() {
+                *k = k.saturating_add(n);
+                return Ok(());
+            }
+        }
+        self.sub.enqueue(st, Item::Lagged(n))
+    }
+
+    /// Runs `f` once, when the subscription ends, with the reason (at once, here, if it
+    /// has ended already). A producer with nothing to send learns of an unsubscribe or
+    /// a closed connection without waiting for its next [`Sink::send`] to fail.
+    ///
+    /// `f` runs on the thread that ends the subscription — the server's event loop for
+    /// an unsubscribe call or a closed connection, a producer's for [`Sink::close`] or
+    /// [`Lagging::Close`] — with no lock of the sink held: keep it short (hand the news
+    /// to the producer's thread). A later `on_close` replaces an earlier one that has
+    /// not run.
+    pub fn on_close(&self, f: impl FnOnce(SinkClosed) + Send + 'static) {
+        let mut st = self.sub.lock();
+        match st.closed {
+            Some(why) => {
+                drop(st);
+                f(why);
+            }
+            None => st.on_close = Some(OnClose(Box::new(f))),
+        }
+    }
+}
+
+/// A subscribe call answered later ([`RegistryBuilder::deferred_subscription`]): its
+/// handler accepts it — the call answers the subscription's id and the [`Sink`] is
+/// handed over — or rejects it with an error, from any thread, once it knows (a proxy,
+/// once its upstream has answered).
+///
+/// The sink is not reachable before [`Subscribing::accept`], so nothing can be pushed
+/// for a subscription that is then refused, and the id's answer always precedes the
+/// first notification. Dropped unanswered, the call is answered `-32603` and nothing is
+/// opened.
+///
+/// The server does not time a deferred subscribe out itself (an answer it gave at the
+/// deadline could cross an accept given at the same moment, leaving a subscription its
+/// caller was told had failed). The handler answers by the call's deadline
+/// ([`Subscribing::deadline`]); an accept given after it answers `-32001` and opens
+/// nothing ([`SinkClosed::TimedOut`]). A handler that never answers holds that
+/// connection's later answers back: answer every call.
+///
+/// [`RegistryBuilder::deferred_subscription`]: crate::RegistryBuilder::deferred_subscription
+#[must_use = "a subscribe dropped unanswered answers -32603"]
+pub struct Subscribing {
+    sink: Option<Sink>,
+    responder: Option<Responder>,
+    deadline: Option<std::time::Instant>,
+}
+
+impl std::fmt::Debug for Subscribing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscribing")
+            .field("id", &self.id())
+            .field("deadline", &self.deadline)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Subscribing {
+    pub(crate) fn new(
+        sink: Sink,
+        responder: Responder,
+        deadline: Option<std::time::Instant>,
+    ) -> Self {
+        Self {
+            sink: Some(sink),
+            responder: Some(responder),
+            deadline,
+        }
+    }
+
+    /// The id the subscription will have if accepted.
+    pub fn id(&self) -> u64 {
+        self.sink.as_ref().map_or(0, Sink::id)
+    }
+
+    /// When the subscribe call must be answered by (`request_timeout`, or the caller's
+    /// shorter budget); `None`: no deadline.
+    pub fn deadline(&self) -> Option<std::time::Instant> {
+        self.deadline
+    }
+
+    /// Whether the subscription has ended already (its connection closed) — accepting
+    /// it would open nothing.
+    pub fn closed(&self) -> Option<SinkClosed> {
+        self.sink.as_ref().and_then(Sink::closed)
+    }
+
+    /// Answers the subscribe call with the subscription's id and hands over its sink:
+    /// notifications sent from now on follow the answer.
+    ///
+    /// # Errors
+    ///
+    /// The subscription has ended already (its connection closed: nothing is
+    /// answered), or the call's deadline has passed: it is answered `-32001` and
+    /// nothing is opened ([`SinkClosed::TimedOut`]).
+    pub fn accept(mut self) -> Result<Sink, SinkClosed> {
+        let (Some(sink), Some(responder)) = (self.sink.take(), self.responder.take()) else {
+            return Err(SinkClosed::Closed);
+        };
+        if let Some(why) = sink.closed() {
+            // Its connection is gone: the answer would go nowhere either.
+            responder.respond_raw(itoa::Buffer::new().format(sink.id()).as_bytes());
+            return Err(why);
+        }
+        if self
+            .deadline
+            .is_some_and(|at| std::time::Instant::now() >= at)
+        {
+            sink.sub.end(SinkClosed::TimedOut);
+            responder.error(RpcError::new(
+                Reason::DeadlineExceeded,
+                "Request timed out: the subscription was not confirmed by the call's deadline",
+            ));
+            return Err(SinkClosed::TimedOut);
+        }
+        responder.respond_raw(itoa::Buffer::new().format(sink.id()).as_bytes());
+        Ok(sink)
+    }
+
+    /// Answers the subscribe call with `e`; nothing is opened.
+    pub fn reject(mut self, e: RpcError) {
+        self.forget();
+        if let Some(r) = self.responder.take() {
+            r.error(e);
+        }
+    }
+
+    /// Answers the subscribe call with `object`, a whole error object the caller
+    /// vouches for (see [`Responder::relay_error`]), copied as is; nothing is opened.
+    pub fn relay_error(mut self, code: i32, object: &[u8]) {
+        self.forget();
+        if let Some(r) = self.responder.take() {
+            r.relay_error(code, object);
+        }
+    }
+
+    /// Ends the subscription that was never opened (nothing is told the peer).
+    fn forget(&mut self) {
+        if let Some(sink) = self.sink.take() {
+            sink.sub.end(SinkClosed::Unsubscribed);
+        }
+    }
+}
+
+impl Drop for Subscribing {
+    fn drop(&mut self) {
+        // The responder, dropped after this, answers -32603.
+        self.forget();
+    }
+}
+
+/// A function run when a subscription ends ([`Sink::on_close`]).
+struct OnClose(Box<dyn FnOnce(SinkClosed) + Send>);
+
+impl std::fmt::Debug for OnClose {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnClose")
     }
 }
 
@@ -172,7 +394,7 @@ pub(crate) struct SubState {
 }
 
 /// How a subscription the server ended tells its peer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum CloseNote {
     /// `"error"` with reason `lagged`.
     Lagged,
@@ -180,12 +402,24 @@ enum CloseNote {
     Closed,
     /// `"error"` -32040 with reason `unauthenticated`.
     Revoked,
+    /// `"error":{…}`: the notification's text after its prefix, closing braces included.
+    Error(Box<[u8]>),
+}
+
+/// A notification queued: whole, or (a result shared by many subscriptions, the
+/// notification written around it when delivered) its `result` text alone.
+#[derive(Debug)]
+enum Item {
+    Whole(Vec<u8>),
+    Result(bytes::Bytes),
+    /// `N` lost at this place ([`Sink::missed`]): a `lagged` notification.
+    Lagged(u64),
 }
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// Whole notifications (JSON), oldest first.
-    items: VecDeque<Vec<u8>>,
+    /// Notifications, oldest first.
+    items: VecDeque<Item>,
     /// Dropped since the last delivery (under [`Lagging::DropOldest`]).
     dropped: u64,
     /// On the reactor's ready list (or waiting for the output to drain).
@@ -196,6 +430,8 @@ struct Inner {
     /// [`Sink::close`].
     close_note: Option<CloseNote>,
     spare: Vec<Vec<u8>>,
+    /// Run once when it ends ([`Sink::on_close`]).
+    on_close: Option<OnClose>,
 }
 
 impl SubState {
@@ -219,27 +455,53 @@ impl SubState {
         out.extend_from_slice(br#""result":"#);
         result(&mut out);
         out.extend_from_slice(b"}}");
-        let mut st = self.lock();
+        self.enqueue(self.lock(), Item::Whole(out))
+    }
+
+    /// Queues a notification whose `result` is `json` (one JSON value, shared with other
+    /// subscriptions: only a reference is queued, and the notification is written
+    /// around it when delivered, into a buffer reused there). A proxy's fan-out: no
+    /// copy nor allocation per subscription.
+    pub(crate) fn push_shared(self: &Arc<Self>, json: &bytes::Bytes) -> Result<(), SinkClosed> {
+        self.enqueue(self.lock(), Item::Result(json.clone()))
+    }
+
+    /// Queues `item` (the oldest dropped, or the subscription ended, when full).
+    fn enqueue(
+        self: &Arc<Self>,
+        mut st: MutexGuard<'_, Inner>,
+        item: Item,
+    ) -> Result<(), SinkClosed> {
         if let Some(why) = st.closed {
             return Err(why);
         }
         if st.items.len() >= self.config.capacity {
             match self.config.lagging {
                 Lagging::DropOldest => {
-                    if let Some(old) = st.items.pop_front() {
-                        keep_spare(&mut st, old);
-                    }
-                    st.dropped += 1;
+                    let lost = match st.items.pop_front() {
+                        Some(Item::Whole(old)) => {
+                            keep_spare(&mut st, old);
+                            1
+                        }
+                        Some(Item::Lagged(k)) => k,
+                        Some(Item::Result(_)) | None => 1,
+                    };
+                    st.dropped = st.dropped.saturating_add(lost);
                 }
                 Lagging::Close => {
                     st.closed = Some(SinkClosed::Lagged);
                     st.close_note = Some(CloseNote::Lagged);
                     self.schedule(&mut st);
+                    let hook = st.on_close.take();
+                    drop(st);
+                    if let Some(OnClose(f)) = hook {
+                        f(SinkClosed::Lagged);
+                    }
                     return Err(SinkClosed::Lagged);
                 }
             }
         }
-        st.items.push_back(out);
+        st.items.push_back(item);
         self.schedule(&mut st);
         Ok(())
     }
@@ -254,13 +516,19 @@ impl SubState {
 
     /// Ends the subscription (the first reason given stands). Cancelled by its client,
     /// or with its connection gone, what is still queued is dropped: nothing follows
-    /// the unsubscribe call's answer.
+    /// the unsubscribe call's answer. Ended by the server (`Closed`), the peer is told
+    /// (`"closed":true`), after what is still queued.
     pub(crate) fn end(self: &Arc<Self>, why: SinkClosed) {
+        self.end_with(why, Some(CloseNote::Closed));
+    }
+
+    /// As [`SubState::end`]; ended by the server, the peer is told with `note`.
+    fn end_with(self: &Arc<Self>, why: SinkClosed, note: Option<CloseNote>) {
         let mut st = self.lock();
         let first = st.closed.is_none();
         st.closed.get_or_insert(why);
         match why {
-            SinkClosed::Unsubscribed | SinkClosed::ConnectionClosed => {
+            SinkClosed::Unsubscribed | SinkClosed::ConnectionClosed | SinkClosed::TimedOut => {
                 st.items.clear();
                 st.dropped = 0;
                 st.close_note = None;
@@ -276,11 +544,15 @@ impl SubState {
                 }
             }
             SinkClosed::Closed if first => {
-                // The peer is told, after what is still queued.
-                st.close_note = Some(CloseNote::Closed);
+                st.close_note = note;
                 self.schedule(&mut st);
             }
             SinkClosed::Closed | SinkClosed::Lagged => {}
+        }
+        let hook = if first { st.on_close.take() } else { None };
+        drop(st);
+        if let Some(OnClose(f)) = hook {
+            f(why);
         }
     }
 
@@ -301,31 +573,50 @@ impl SubState {
     ) -> bool {
         let mut st = self.lock();
         if st.dropped > 0 && room(out) {
-            let mut note = Vec::with_capacity(self.prefix.len() + 32);
+            let mut note = st.spare.pop().unwrap_or_default();
             note.extend_from_slice(&self.prefix);
             let _ = write!(note, r#""lagged":{}}}}}"#, st.dropped);
             frame(out, &note);
+            keep_spare(&mut st, note);
             st.dropped = 0;
         }
         while room(out) {
             let Some(item) = st.items.pop_front() else {
                 break;
             };
-            frame(out, &item);
-            keep_spare(&mut st, item);
+            let whole = match item {
+                Item::Whole(whole) => whole,
+                Item::Result(json) => {
+                    let mut whole = st.spare.pop().unwrap_or_default();
+                    whole.extend_from_slice(&self.prefix);
+                    whole.extend_from_slice(br#""result":"#);
+                    whole.extend_from_slice(&json);
+                    whole.extend_from_slice(b"}}");
+                    whole
+                }
+                Item::Lagged(n) => {
+                    let mut whole = st.spare.pop().unwrap_or_default();
+                    whole.extend_from_slice(&self.prefix);
+                    let _ = write!(whole, r#""lagged":{n}}}}}"#);
+                    whole
+                }
+            };
+            frame(out, &whole);
+            keep_spare(&mut st, whole);
         }
         if st.items.is_empty() && st.close_note.is_some() && room(out) {
             let mut note = Vec::with_capacity(self.prefix.len() + 200);
             note.extend_from_slice(&self.prefix);
-            note.extend_from_slice(match st.close_note.take() {
-                Some(CloseNote::Lagged) => {
-                    br#""error":{"code":-32000,"message":"Server busy: the subscription was ended, its client reads too slowly","data":{"reason":"lagged"}}}}"#
-                }
-                Some(CloseNote::Revoked) => {
-                    br#""error":{"code":-32040,"message":"Unauthenticated: the subscription's credentials were revoked","data":{"reason":"unauthenticated"}}}}"#
-                }
-                _ => br#""closed":true}}"#,
-            });
+            match st.close_note.take() {
+                Some(CloseNote::Lagged) => note.extend_from_slice(
+                    br#""error":{"code":-32000,"message":"Server busy: the subscription was ended, its client reads too slowly","data":{"reason":"lagged"}}}}"#,
+                ),
+                Some(CloseNote::Revoked) => note.extend_from_slice(
+                    br#""error":{"code":-32040,"message":"Unauthenticated: the subscription's credentials were revoked","data":{"reason":"unauthenticated"}}}}"#,
+                ),
+                Some(CloseNote::Error(tail)) => note.extend_from_slice(&tail),
+                _ => note.extend_from_slice(br#""closed":true}}"#),
+            }
             frame(out, &note);
         }
         let done = st.items.is_empty() && st.close_note.is_none() && st.dropped == 0;
@@ -432,7 +723,9 @@ impl PushTo<'_> {
 
     /// Ends every subscription of this connection.
     pub(crate) fn close_all(&self, why: SinkClosed) {
-        for sub in self.subs.borrow_mut().drain(..) {
+        // Taken out first: an `on_close` hook runs with the list not borrowed.
+        let subs = std::mem::take(&mut *self.subs.borrow_mut());
+        for sub in subs {
             sub.end(why);
         }
     }
@@ -442,8 +735,16 @@ impl PushTo<'_> {
         let mut subs = self.subs.borrow_mut();
         match subs.iter().position(|s| s.id == id) {
             Some(i) => {
-                subs.swap_remove(i).end(why);
-                true
+                let sub = subs.swap_remove(i);
+                drop(subs);
+                // A deferred subscribe refused (or accepted too late) was never the
+                // peer's: it is forgotten here, and was not open.
+                let opened = !matches!(
+                    sub.lock().closed,
+                    Some(SinkClosed::Unsubscribed | SinkClosed::TimedOut)
+                );
+                sub.end(why);
+                opened
             }
             None => false,
         }

@@ -23,6 +23,11 @@
 //! [[cache]]
 //! pattern = "eth_chainId"
 //! ttl_ms = 60000
+//!
+//! [[subscription]]
+//! subscribe = "eth_subscribe"
+//! notification = "eth_subscription"
+//! unsubscribe = "eth_unsubscribe"
 //! ```
 //!
 //! Unknown keys are refused (a typo must not be ignored silently).
@@ -46,6 +51,7 @@ struct File {
     hedge_quantile: Option<f64>,
     health_interval_ms: Option<u64>,
     batch_max: Option<usize>,
+    subscription_queue: Option<usize>,
     #[serde(default)]
     idempotent: Vec<String>,
     #[serde(default)]
@@ -54,6 +60,16 @@ struct File {
     route: Vec<Route>,
     #[serde(default)]
     cache: Vec<Cache>,
+    #[serde(default)]
+    subscription: Vec<Subscription>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Subscription {
+    subscribe: String,
+    notification: String,
+    unsubscribe: String,
 }
 
 #[derive(Deserialize)]
@@ -140,6 +156,12 @@ impl ProxyBuilder {
         for c in &f.cache {
             self.cache(&c.pattern, Duration::from_millis(c.ttl_ms));
         }
+        for s in &f.subscription {
+            self.subscription(&s.subscribe, &s.notification, &s.unsubscribe);
+        }
+        if let Some(n) = f.subscription_queue {
+            self.subscription_queue(n);
+        }
         Ok(self)
     }
 }
@@ -170,6 +192,10 @@ mod tests {
             [[cache]]
             pattern = "get_chain"
             ttl_ms = 1000
+            [[subscription]]
+            subscribe = "subscribe_ticks"
+            notification = "tick"
+            unsubscribe = "unsubscribe_ticks"
         "#;
         let mut b = Proxy::builder();
         b.toml(text).unwrap();
@@ -184,6 +210,48 @@ mod tests {
         );
         assert_eq!(b.health, None, "0 turns health checks off");
         assert_eq!(b.batch_max, Some(7));
+        assert_eq!(
+            b.subscriptions,
+            [(
+                "subscribe_ticks".to_owned(),
+                "tick".to_owned(),
+                "unsubscribe_ticks".to_owned()
+            )]
+        );
+        // A subscription routed to an HTTP upstream is refused when the proxy starts.
+        let mut b = Proxy::builder();
+        b.toml(
+            r#"
+            [[upstream]]
+            group = "default"
+            url = "tcp://127.0.0.1:1"
+            [[upstream]]
+            group = "web"
+            url = "http://127.0.0.1:2/"
+            [[route]]
+            pattern = "eth_*"
+            group = "web"
+            [[subscription]]
+            subscribe = "eth_subscribe"
+            notification = "eth_subscription"
+            unsubscribe = "eth_unsubscribe"
+            "#,
+        )
+        .unwrap();
+        let e = b.start().unwrap_err().to_string();
+        assert!(
+            e.contains("eth_subscribe")
+                && e.contains("http://127.0.0.1:2/")
+                && e.contains("tcp://"),
+            "{e}"
+        );
+        let mut b = Proxy::builder();
+        b.upstream("default", "tcp://127.0.0.1:1")
+            .subscription("s", "n", "s");
+        assert!(
+            b.start().is_err(),
+            "subscribe and unsubscribe are one method"
+        );
         let mut b = Proxy::builder();
         let e = b.toml("hedge_quantile = 95").unwrap_err().to_string();
         assert!(e.contains("between 0 and 1"), "{e}");

@@ -65,6 +65,12 @@ pub(crate) struct Deadline {
 pub(crate) enum Reply {
     Own(Responder, Option<Keyed>),
     Shared(Arc<Hedge>),
+    /// A forwarded subscribe: its answer goes to the subscription table's entry `entry`
+    /// (`uid` tells it from a later entry in the same slot).
+    Sub {
+        entry: usize,
+        uid: u64,
+    },
 }
 
 /// The caller of a hedged call, and how many of its copies are still out.
@@ -78,7 +84,7 @@ impl Hedge {
     pub(crate) fn new(reply: Reply, copies: usize) -> Arc<Self> {
         let caller = match reply {
             Reply::Own(r, k) => Some((r, k)),
-            Reply::Shared(_) => None,
+            Reply::Shared(_) | Reply::Sub { .. } => None,
         };
         Arc::new(Self {
             caller: Mutex::new(caller),
@@ -99,6 +105,8 @@ impl Reply {
     pub(crate) fn take(self, error: bool) -> Option<(Responder, Option<Keyed>)> {
         match self {
             Self::Own(r, k) => Some((r, k)),
+            // Answered through the subscription table (`Shared::finish`), never here.
+            Self::Sub { .. } => None,
             Self::Shared(cell) => {
                 let last = cell.copies.fetch_sub(1, Ordering::AcqRel) == 1;
                 if error && !last {

@@ -19,6 +19,12 @@
 //! failing upstream fails only the elements sent to it); **notifications** are
 //! forwarded and never answered.
 //!
+//! **Subscriptions** declared with [`ProxyBuilder::subscription`] are forwarded to
+//! stream upstreams (`tcp://`, `unix://`): identical ones (the same method and params,
+//! compared canonically) of any number of clients share one upstream subscription, each
+//! client with its own subscription id, its own bounded queue, and every notification's
+//! `result` as its bytes came. See docs/PROXY.md, "Subscriptions".
+//!
 //! **Failures** are answered, never lost: an upstream that cannot be reached, closes
 //! the connection, or sends something that is not a JSON-RPC response fails the calls
 //! waiting on that connection with `-32000` (`data.reason` `"upstream_unavailable"`),
@@ -41,7 +47,7 @@
 //!     .upstream("default", &format!("tcp://{addr}"))
 //!     .start()?;
 //! let mut methods = Registry::builder();
-//! proxy.install(&mut methods);
+//! proxy.install(&mut methods)?;
 //! let engine = Engine::new(methods.freeze(), Config::default());
 //!
 //! // The no-I/O API waits for the forwarded answer.
@@ -64,6 +70,7 @@ mod resolve;
 mod route;
 mod share;
 pub(crate) mod sub_batch;
+mod subs;
 mod timing;
 mod upstream;
 
@@ -80,7 +87,8 @@ use crate::codec::Params;
 use crate::dispatch::context::Context;
 use crate::dispatch::registry::RegistryBuilder;
 use crate::dispatch::responder::Responder;
-use crate::error::{Reason, RpcError};
+use crate::dispatch::subscription::{Subscribing, SubscriptionConfig};
+use crate::error::{Reason, RegisterError, RpcError};
 use crate::serializer::json::{write_str, write_value};
 
 /// Why a proxy could not be built or started.
@@ -109,6 +117,24 @@ pub enum ProxyError {
     /// A configuration file could not be read (syntax, unknown keys, types).
     #[error("proxy configuration: {0}")]
     Config(String),
+    /// A subscription routes to a group with an HTTP upstream, which cannot carry
+    /// notifications.
+    #[error(
+        "subscription {method:?} routes to group {group:?}, whose upstream {url} is HTTP: \
+         notifications need a stream upstream (tcp:// or unix://); route {method:?} to a \
+         group of those"
+    )]
+    SubscriptionOverHttp {
+        /// The subscribe method.
+        method: String,
+        /// The group it routes to.
+        group: String,
+        /// The group's HTTP upstream.
+        url: String,
+    },
+    /// A subscription's methods are not three names, distinct where they must be.
+    #[error("subscription {0:?}: expected SUBSCRIBE:NOTIFICATION:UNSUBSCRIBE, three non-empty names, the subscribe and unsubscribe methods different")]
+    Subscription(String),
     /// The upstream thread's poller or waker could not be made.
     #[error("starting the upstream thread: {0}")]
     Io(#[from] std::io::Error),
@@ -162,6 +188,8 @@ pub(crate) struct Shared {
     pub(crate) max_answer_bytes: usize,
     /// Where forwarded calls spend their time, per upstream.
     pub(crate) timings: timing::Timings,
+    /// Subscriptions forwarded upstream, shared by identical ones.
+    pub(crate) subs: subs::Subs,
     waker: mio::Waker,
     /// Set by the first forward since the upstream thread last looked: later ones do
     /// not wake it again.
@@ -325,6 +353,9 @@ impl Shared {
     /// Answers the caller of `reply` with `answer`, if this copy of the call is the one
     /// that answers (see [`Reply::take`]).
     pub(crate) fn finish(&self, reply: Reply, answer: &Answer<'_>) {
+        if let Reply::Sub { entry, uid } = reply {
+            return self.subs.answered(self, entry, uid, answer);
+        }
         if let Some((r, k)) = reply.take(matches!(answer, Answer::Error(_))) {
             self.settle(r, k.as_ref(), answer);
         }
@@ -504,9 +535,50 @@ pub struct ProxyBuilder {
     timeout: Duration,
     max_answer_bytes: usize,
     batch_max: Option<usize>,
+    subscriptions: Vec<(String, String, String)>,
+    subscription_config: SubscriptionConfig,
 }
 
 impl ProxyBuilder {
+    /// Forwards the subscription whose calls are `subscribe` (routed like any method
+    /// to a group, whose upstreams must all be `tcp://` or `unix://`), `notification`
+    /// and `unsubscribe`: identical subscriptions (the same method and params,
+    /// compared canonically) of any number of clients share one upstream subscription,
+    /// each client getting its own subscription id and every notification's `result`
+    /// as its bytes came. `unsubscribe` is answered by the proxy; the upstream
+    /// subscription is unsubscribed when its last client unsubscribes or goes. See
+    /// docs/PROXY.md, "Subscriptions".
+    pub fn subscription(
+        &mut self,
+        subscribe: &str,
+        notification: &str,
+        unsubscribe: &str,
+    ) -> &mut Self {
+        self.subscriptions.push((
+            subscribe.to_owned(),
+            notification.to_owned(),
+            unsubscribe.to_owned(),
+        ));
+        self
+    }
+
+    /// The most notifications queued for one client subscription while its client
+    /// reads too slowly (default 1,024): past it the oldest are dropped, and counted in
+    /// a `lagged` notification (see [`ProxyBuilder::subscription_config`]).
+    pub fn subscription_queue(&mut self, n: usize) -> &mut Self {
+        self.subscription_config.capacity = n.max(1);
+        self
+    }
+
+    /// Each client subscription's queue and what happens when its client reads too
+    /// slowly (default: 1,024 notifications, the oldest dropped and counted in a
+    /// `lagged` notification; at most 1,024 of one method per connection): a slow
+    /// client never holds up the others nor the upstream connection.
+    pub fn subscription_config(&mut self, config: SubscriptionConfig) -> &mut Self {
+        self.subscription_config = config;
+        self
+    }
+
     /// Adds the upstream at `url` to group `group`: `tcp://host:port` or
     /// `unix:///path` (newline-delimited JSON), or `http://host[:port][/path]` (HTTP/1.1
     /// keep-alive, requests pipelined). Upstreams of one group share its calls, each call going
@@ -711,14 +783,48 @@ impl ProxyBuilder {
             .iter()
             .position(|g| &*g.name == "default")
             .unwrap_or(0);
+        let routes = Rules::new(rules);
+        let mut kinds = Vec::new();
+        for (subscribe, notification, unsubscribe) in &self.subscriptions {
+            if subscribe.is_empty()
+                || notification.is_empty()
+                || unsubscribe.is_empty()
+                || subscribe == unsubscribe
+            {
+                return Err(ProxyError::Subscription(format!(
+                    "{subscribe}:{notification}:{unsubscribe}"
+                )));
+            }
+            let g = routes.find(subscribe).unwrap_or(default_group);
+            let http = groups[g]
+                .lanes
+                .iter()
+                .map(|&i| &upstreams[lanes[i].upstream])
+                .find(|u| matches!(u.address, Address::Http { .. }));
+            if let Some(u) = http {
+                return Err(ProxyError::SubscriptionOverHttp {
+                    method: subscribe.clone(),
+                    group: groups[g].name.to_string(),
+                    url: u.url.clone(),
+                });
+            }
+            kinds.push(subs::Kind {
+                subscribe: subscribe.as_str().into(),
+                notification: notification.as_str().into(),
+                unsubscribe: unsubscribe.as_str().into(),
+                group: g,
+            });
+        }
         let upstreams_len = upstreams.len();
+        let lanes_len = lanes.len();
         let poll = mio::Poll::new()?;
         let waker = mio::Waker::new(poll.registry(), upstream::WAKER)?;
-        let shared = Arc::new(Shared {
+        let config = self.subscription_config;
+        let shared = Arc::new_cyclic(|me| Shared {
             upstreams,
             lanes,
             groups,
-            routes: Rules::new(rules),
+            routes,
             idempotent: Rules::new(self.idempotent.iter().map(|p| (Pattern::parse(p), ()))),
             coalesce: self.coalesce,
             hedge: self.hedge,
@@ -732,6 +838,7 @@ impl ProxyBuilder {
             timeout: self.timeout,
             max_answer_bytes: self.max_answer_bytes,
             timings: timing::Timings::new(upstreams_len),
+            subs: subs::Subs::new(kinds, config, lanes_len, std::sync::Weak::clone(me)),
             waker,
             woken: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -788,16 +895,37 @@ impl Proxy {
             timeout: Duration::from_secs(30),
             max_answer_bytes: crate::config::defaults::DEFAULT_MAX_RESPONSE_BYTES,
             batch_max: None,
+            subscriptions: Vec::new(),
+            subscription_config: SubscriptionConfig::default(),
         }
     }
 
     /// Makes this proxy the fallback route of `methods`: every method it does not
-    /// register is forwarded.
-    pub fn install(&self, methods: &mut RegistryBuilder) {
+    /// register is forwarded. Its subscriptions ([`ProxyBuilder::subscription`]) are
+    /// registered in `methods` (answered by the proxy, forwarded as shared upstream
+    /// subscriptions).
+    ///
+    /// # Errors
+    ///
+    /// A subscription's method is registered in `methods` already (or reserved).
+    pub fn install(&self, methods: &mut RegistryBuilder) -> Result<(), RegisterError> {
+        for (k, kind) in self.shared.subs.kinds.iter().enumerate() {
+            let shared = Arc::clone(&self.shared);
+            methods.deferred_subscription(
+                &kind.subscribe,
+                &kind.notification,
+                &kind.unsubscribe,
+                self.shared.subs.config,
+                move |_ctx: &Context<'_>, params: Params<'_>, s: Subscribing| {
+                    shared.subs.subscribe(&shared, k, &params, s);
+                },
+            )?;
+        }
         let forwarder = self.forwarder();
         methods.deferred_fallback(move |ctx, params, responder| {
             forwarder.forward(ctx, params, responder);
         });
+        Ok(())
     }
 
     /// Adds the proxy's histograms to `metrics` (the engine's, from
@@ -806,7 +934,12 @@ impl Proxy {
     /// `ringrpc_proxy_upstream_seconds` (then → answer read). What the proxy adds to a
     /// call is the server's `ringrpc_request_duration_seconds{method="fallback"}` less
     /// the upstream time. Also `ringrpc_proxy_hedged_total` and, per upstream,
-    /// `ringrpc_proxy_upstream_up` (1 while calls are sent to it).
+    /// `ringrpc_proxy_upstream_up` (1 while calls are sent to it); with subscriptions,
+    /// `ringrpc_proxy_subscriptions` (upstream subscriptions open, per upstream),
+    /// `ringrpc_proxy_subscribers` (client subscriptions they serve),
+    /// `ringrpc_proxy_notifications_total` and
+    /// `ringrpc_proxy_notifications_delivered_total` (notifications read from upstreams,
+    /// and their copies queued for clients).
     pub fn export_metrics(&self, metrics: &crate::metrics::Metrics) {
         let shared = Arc::clone(&self.shared);
         metrics.add_section(move |out| {
@@ -835,6 +968,9 @@ impl Proxy {
                     out,
                     format_args!("ringrpc_proxy_upstream_up{{upstream=\"{url}\"}} {}\n", u8::from(on)),
                 );
+            }
+            if !shared.subs.kinds.is_empty() {
+                shared.subs.render(&shared, out);
             }
         });
     }

@@ -318,6 +318,9 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Poll) {
             up.last_sweep = now;
             up.sweep(now);
         }
+        // Client subscriptions that ended: an upstream one left without any is
+        // unsubscribed, written below in this turn.
+        up.shared.subs.reap(&up.shared);
         // Calls resent from a failed connection, and hedged copies, are written in
         // the same turn.
         loop {
@@ -601,7 +604,14 @@ impl Upstreams {
             let probe = link.probe.map(|(id, _)| id);
             let lane = &self.shared.lanes[i];
             let seen = timer(&self.shared, lane.upstream);
-            if relay(&mut self.scratch, &line, &self.shared, lane, probe, seen)? {
+            if relay(
+                &mut self.scratch,
+                &line,
+                &self.shared,
+                (i, lane),
+                probe,
+                seen,
+            )? {
                 self.healthy(i);
             }
         }
@@ -722,6 +732,8 @@ impl Upstreams {
             self.shared.finish(call.reply, &Answer::Error(&e));
         }
         self.calls = calls;
+        // The subscriptions this connection carried are gone with it.
+        self.shared.subs.lost(i, why);
     }
 
     /// Sends copies of idempotent calls waiting longer than `after` to other upstreams,
@@ -760,6 +772,7 @@ impl Upstreams {
 
     /// Times out calls past their deadline, and reconnects links whose backoff is over.
     fn sweep(&mut self, now: Instant) {
+        self.shared.subs.sweep(now);
         if let Some((after, fraction)) = self.shared.hedge {
             self.hedge(now, after, fraction);
         }
@@ -818,7 +831,7 @@ fn relay(
     scratch: &mut Scratch,
     line: &[u8],
     shared: &Shared,
-    lane: &Lane,
+    lane: (usize, &Lane),
     probe: Option<u64>,
     seen: impl Fn(&Call),
 ) -> Result<bool, Lost> {
@@ -840,7 +853,7 @@ fn relay(
 /// call it answers (see [`relay`]).
 fn relay_one(
     shared: &Shared,
-    lane: &Lane,
+    (i, lane): (usize, &Lane),
     raw: RawCtx<'_>,
     nodes: &[Node<'_>],
     probe: Option<u64>,
@@ -848,10 +861,14 @@ fn relay_one(
 ) -> Result<bool, Lost> {
     let Ok(response) = validate_response(nodes) else {
         if is_notification(nodes) {
-            // An upstream's server push (a subscription's notification): it has no call
-            // to go to (subscriptions are not forwarded), and it is no fault of the
-            // connection's.
-            tracing::debug!("proxy: an upstream sent a notification; dropped");
+            // An upstream's server push: a forwarded subscription's notification, or
+            // (with none forwarded) one with nowhere to go — no fault of the
+            // connection's either way.
+            if shared.subs.kinds.is_empty() {
+                tracing::debug!("proxy: an upstream sent a notification; dropped");
+            } else {
+                shared.subs.notify(shared, i, raw, nodes);
+            }
             return Ok(false);
         }
         return Err(Lost::Garbage("something that is not a JSON-RPC response"));
@@ -864,6 +881,12 @@ fn relay_one(
         return Ok(true);
     }
     let Some(call) = lane.take(id) else {
+        // Late (timed out), or an unsubscribe's answer; a timed-out subscribe that
+        // succeeded after all is unsubscribed.
+        shared.subs.late(shared, i, id, || match response.body {
+            Body::Result(value) => raw.value_text(value),
+            Body::Error { .. } => None,
+        });
         return Ok(false);
     };
     seen(&call);
