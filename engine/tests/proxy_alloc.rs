@@ -5,7 +5,8 @@
 //! Counted over the whole process, the figure is not always exactly 0: buffer pools
 //! (answer buffers handed between threads, read buffers) grow when thread scheduling
 //! sets a new high-water mark of calls in flight, which can happen during the measured
-//! rounds as well as before. So the bound is one allocation per thousand calls: a
+//! rounds as well as before (the smaller of two measured runs is counted). So the bound
+//! is one allocation per thousand calls: a
 //! single allocation per call (or per hundred) fails it by orders of magnitude.
 
 use std::io::{Read, Write};
@@ -68,11 +69,14 @@ fn forwarding_allocates_nothing() {
     let thread = std::thread::spawn(move || front.run());
 
     let single = "{\"jsonrpc\":\"2.0\",\"method\":\"subtract\",\"params\":[42,23],\"id\":12345}\n";
-    let singles = run(addr, single, 64, 200, 300);
+    // Two measured runs each, the smaller counted: a pool that grew during the first
+    // (a new high-water mark of calls in flight under a loaded machine) is steady in
+    // the second, while an allocation per call shows in both.
+    let singles = run(addr, single, 64, 200, 300).min(run(addr, single, 64, 200, 300));
     let element =
         r#"{"jsonrpc":"2.0","method":"subtract","params":{"minuend":42,"subtrahend":23},"id":7}"#;
     let batch = format!("[{}]\n", vec![element; 16].join(","));
-    let batches = run(addr, &batch, 32, 200, 200);
+    let batches = run(addr, &batch, 32, 200, 200).min(run(addr, &batch, 32, 200, 200));
 
     handle.shutdown();
     thread.join().unwrap().unwrap();
