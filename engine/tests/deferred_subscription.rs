@@ -9,7 +9,7 @@
 
 mod util;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
@@ -20,6 +20,9 @@ use ringrpc::{
 };
 use serde_json::{json, Value};
 use util::server::Served;
+
+/// A newline-delimited connection (`util::line`).
+type Lines = util::line::Line<TcpStream>;
 
 /// A server whose `sub` subscription hands every `Subscribing` (with its params) to
 /// the test, which answers it from its own thread.
@@ -45,38 +48,6 @@ fn served(config: Config) -> (Served, mpsc::Receiver<(Value, Subscribing)>) {
     (Served::start(engine, ServerConfig::default()), rx)
 }
 
-struct Lines {
-    r: BufReader<TcpStream>,
-}
-
-impl Lines {
-    fn connect(addr: std::net::SocketAddr) -> Self {
-        let s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Self {
-            r: BufReader::new(s),
-        }
-    }
-
-    fn send(&mut self, text: &str) {
-        self.r
-            .get_mut()
-            .write_all(format!("{text}\n").as_bytes())
-            .unwrap();
-    }
-
-    fn line(&mut self) -> String {
-        let mut line = String::new();
-        assert!(self.r.read_line(&mut line).unwrap() > 0, "closed");
-        line.trim_end().to_owned()
-    }
-
-    fn next(&mut self) -> Value {
-        let line = self.line();
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
-    }
-}
-
 fn wait<T>(rx: &mpsc::Receiver<T>) -> T {
     rx.recv_timeout(Duration::from_secs(10))
         .expect("the handler was not called")
@@ -85,7 +56,7 @@ fn wait<T>(rx: &mpsc::Receiver<T>) -> T {
 #[test]
 fn accepted_from_another_thread_the_id_comes_before_every_notification() {
     let (server, rx) = served(Config::default());
-    let mut c = Lines::connect(server.tcp);
+    let mut c = Lines::tcp(server.tcp);
     // A later call on the same connection waits behind the subscribe's answer.
     c.send(r#"{"jsonrpc":"2.0","method":"sub","params":["a"],"id":1}"#);
     c.send(r#"{"jsonrpc":"2.0","method":"ping","id":2}"#);
@@ -128,7 +99,7 @@ fn accepted_from_another_thread_the_id_comes_before_every_notification() {
 #[test]
 fn a_rejected_subscribe_answers_the_error_as_given_and_opens_nothing() {
     let (server, rx) = served(Config::default());
-    let mut c = Lines::connect(server.tcp);
+    let mut c = Lines::tcp(server.tcp);
     c.send(r#"{"jsonrpc":"2.0","method":"sub","params":["x"],"id":"r"}"#);
     let (_, s) = wait(&rx);
     let id = s.id();
@@ -166,7 +137,7 @@ fn a_rejected_subscribe_answers_the_error_as_given_and_opens_nothing() {
 fn accepted_after_its_deadline_it_answers_minus_32001_and_opens_nothing() {
     let timeout = Duration::from_millis(100);
     let (server, rx) = served(Config::default().request_timeout(Some(timeout)));
-    let mut c = Lines::connect(server.tcp);
+    let mut c = Lines::tcp(server.tcp);
     c.send(r#"{"jsonrpc":"2.0","method":"sub","id":1}"#);
     let (_, s) = wait(&rx);
     let deadline = s.deadline().expect("request_timeout gives a deadline");
@@ -186,7 +157,7 @@ fn accepted_after_its_deadline_it_answers_minus_32001_and_opens_nothing() {
 #[test]
 fn a_closed_connection_ends_its_sinks_and_their_on_close_runs() {
     let (server, rx) = served(Config::default());
-    let mut c = Lines::connect(server.tcp);
+    let mut c = Lines::tcp(server.tcp);
     c.send(r#"{"jsonrpc":"2.0","method":"sub","id":1}"#);
     let (_, s) = wait(&rx);
     let sink = s.accept().unwrap();
@@ -205,7 +176,7 @@ fn a_closed_connection_ends_its_sinks_and_their_on_close_runs() {
     assert_eq!(heard.try_recv(), Ok(SinkClosed::ConnectionClosed));
     // A subscribe whose client went away before it was accepted: the connection is
     // kept until the call is answered, then closed, and the sink ends with it.
-    let mut c = Lines::connect(server.tcp);
+    let mut c = Lines::tcp(server.tcp);
     c.send(r#"{"jsonrpc":"2.0","method":"sub","id":1}"#);
     let (_, s) = wait(&rx);
     drop(c);
@@ -224,7 +195,7 @@ fn a_closed_connection_ends_its_sinks_and_their_on_close_runs() {
 #[test]
 fn the_final_forms_a_relaying_server_writes() {
     let (server, rx) = served(Config::default());
-    let mut c = Lines::connect(server.tcp);
+    let mut c = Lines::tcp(server.tcp);
     let open = |c: &mut Lines, id: u64| -> Sink {
         c.send(&format!(r#"{{"jsonrpc":"2.0","method":"sub","id":{id}}}"#));
         let (_, s) = wait(&rx);
@@ -306,7 +277,7 @@ fn the_final_forms_a_relaying_server_writes() {
 #[test]
 fn a_deferred_subscribe_sent_as_a_notification_opens_nothing() {
     let (server, rx) = served(Config::default());
-    let mut c = Lines::connect(server.tcp);
+    let mut c = Lines::tcp(server.tcp);
     c.send(r#"{"jsonrpc":"2.0","method":"sub","params":["n"]}"#);
     c.send(r#"{"jsonrpc":"2.0","method":"ping","id":1}"#);
     assert_eq!(c.next(), json!({"jsonrpc":"2.0","id":1,"result":"pong"}));

@@ -25,6 +25,9 @@ use ringrpc::{
 use serde_json::{json, Value};
 use util::server::Served;
 
+/// A newline-delimited connection (`util::line`).
+type Lines = util::line::Line<TcpStream>;
+
 const WAIT: Duration = Duration::from_secs(10);
 
 /// Serves `proxy` as the fallback of an otherwise empty registry, with its metrics.
@@ -72,38 +75,7 @@ fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// A newline-delimited connection read line by line.
-struct Lines {
-    r: BufReader<TcpStream>,
-}
-
 impl Lines {
-    fn connect(addr: SocketAddr) -> Self {
-        let s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(WAIT)).unwrap();
-        Self {
-            r: BufReader::new(s),
-        }
-    }
-
-    fn send(&mut self, text: &str) {
-        self.r
-            .get_mut()
-            .write_all(format!("{text}\n").as_bytes())
-            .unwrap();
-    }
-
-    fn line(&mut self) -> String {
-        let mut line = String::new();
-        assert!(self.r.read_line(&mut line).unwrap() > 0, "closed");
-        line.trim_end().to_owned()
-    }
-
-    fn next(&mut self) -> Value {
-        let line = self.line();
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
-    }
-
     /// Subscribes to ticks every `ms` (id 1): the subscription id.
     fn subscribe(&mut self, params: &str) -> Value {
         self.send(&format!(
@@ -295,7 +267,7 @@ fn fifty_clients_share_one_upstream_subscription_and_the_last_to_go_unsubscribes
     assert_eq!(scraped(front.http, "ringrpc_proxy_subscribers"), Some(50.0));
     assert!(scraped(front.http, "ringrpc_proxy_notifications_delivered_total").unwrap() >= 2500.0);
     // Other params: another upstream subscription.
-    let mut other = Lines::connect(front.tcp);
+    let mut other = Lines::tcp(front.tcp);
     let id = other.subscribe("[2]");
     let v = other.next();
     assert_eq!(v["params"]["subscription"], id, "{v}");
@@ -335,8 +307,8 @@ fn one_of_two_clients_leaving_keeps_the_upstream_subscription_and_a_silent_one_i
     let seen = Arc::new(Seen::default());
     let upstream = counting_upstream(Arc::clone(&seen));
     let (proxy, front) = ticks_proxy(&format!("tcp://{}", upstream.tcp), |_| {});
-    let mut a = Lines::connect(front.tcp);
-    let mut b = Lines::connect(front.tcp);
+    let mut a = Lines::tcp(front.tcp);
+    let mut b = Lines::tcp(front.tcp);
     // The same call in two spellings: one upstream subscription.
     let ida = a.subscribe("[1]");
     let idb = b.subscribe("[ 1 ]");
@@ -371,7 +343,7 @@ fn one_of_two_clients_leaving_keeps_the_upstream_subscription_and_a_silent_one_i
     });
     // A subscription that never sends anything is unsubscribed when its client goes,
     // without a notification to find out by.
-    let mut c = Lines::connect(front.tcp);
+    let mut c = Lines::tcp(front.tcp);
     c.subscribe("[0]");
     assert_eq!(seen.opened.load(Ordering::SeqCst), 2);
     drop(c);
@@ -394,11 +366,11 @@ fn an_upstream_refusal_reaches_the_client_as_its_error_byte_for_byte() {
     for params in [r#"[0]"#, r#"["x"]"#, r#"{"interval":1}"#] {
         let frame =
             format!(r#"{{"jsonrpc":"2.0","method":"subscribe_ticks","params":{params},"id":7}}"#);
-        let mut direct = Lines::connect(upstream.tcp);
+        let mut direct = Lines::tcp(upstream.tcp);
         direct.send(&frame);
         let want = direct.line();
         assert!(want.contains(r#""error":"#), "{want}");
-        let mut via = Lines::connect(front.tcp);
+        let mut via = Lines::tcp(front.tcp);
         via.send(&frame);
         assert_eq!(via.line(), want, "{params}");
         // Nothing follows the error.
@@ -417,8 +389,8 @@ fn a_lost_upstream_ends_its_subscriptions_with_an_error_and_the_proxy_serves_on(
     let (proxy, front) = ticks_proxy(&format!("tcp://{addr}"), |b| {
         b.health_interval(Duration::ZERO);
     });
-    let mut a = Lines::connect(front.tcp);
-    let mut b = Lines::connect(front.tcp);
+    let mut a = Lines::tcp(front.tcp);
+    let mut b = Lines::tcp(front.tcp);
     let ida = a.subscribe("[1]");
     let idb = b.subscribe("[3]");
     a.next();
@@ -485,9 +457,9 @@ fn a_client_that_never_reads_delays_no_other() {
     // 8 KiB ticks every millisecond: the slow client's socket buffers fill within
     // the 2,000 ticks the fast one reads.
     let params = "[1,8192]";
-    let mut slow = Lines::connect(front.tcp);
+    let mut slow = Lines::tcp(front.tcp);
     let slow_id = slow.subscribe(params);
-    let mut fast = Lines::connect(front.tcp);
+    let mut fast = Lines::tcp(front.tcp);
     let fast_id = fast.subscribe(params);
     assert_eq!(seen.opened.load(Ordering::SeqCst), 1);
     let mut last = None;
@@ -555,7 +527,7 @@ fn a_subscribe_answered_after_its_caller_gave_up_is_unsubscribed_upstream() {
         &proxy,
         Config::default().request_timeout(Some(Duration::from_millis(50))),
     );
-    let mut c = Lines::connect(front.tcp);
+    let mut c = Lines::tcp(front.tcp);
     c.send(r#"{"jsonrpc":"2.0","method":"subscribe_ticks","params":[1],"id":1}"#);
     let v = c.next();
     assert_eq!(v["error"]["code"], -32001, "{v}");
@@ -629,9 +601,9 @@ fn an_upstreams_lagged_error_and_closed_notifications_are_relayed() {
     let (proxy, front) = ticks_proxy(&format!("tcp://{addr}"), |b| {
         b.health_interval(Duration::ZERO);
     });
-    let mut a = Lines::connect(front.tcp);
+    let mut a = Lines::tcp(front.tcp);
     let ida = a.subscribe("[1]");
-    let mut b = Lines::connect(front.tcp);
+    let mut b = Lines::tcp(front.tcp);
     let idb = b.subscribe("[2]");
     go_tx.send(()).unwrap();
     let note = |id: &Value, tail: &str| {
@@ -662,7 +634,7 @@ fn an_upstreams_lagged_error_and_closed_notifications_are_relayed() {
 fn a_subscribe_in_a_batch_is_answered_in_its_place_before_its_notifications() {
     let upstream = Served::start(demo::engine(Config::default()), ServerConfig::default());
     let (proxy, front) = ticks_proxy(&format!("tcp://{}", upstream.tcp), |_| {});
-    let mut c = Lines::connect(front.tcp);
+    let mut c = Lines::tcp(front.tcp);
     c.send(
         r#"[{"jsonrpc":"2.0","method":"ping","id":1},{"jsonrpc":"2.0","method":"subscribe_ticks","params":[1],"id":2},{"jsonrpc":"2.0","method":"delay","params":[50],"id":3}]"#,
     );

@@ -46,6 +46,27 @@ impl Line<UnixStream> {
 }
 
 impl<S: Read + Write> Line<S> {
+    /// Sends `text` as one line, as it is (for requests whose exact bytes matter).
+    pub fn send(&mut self, text: &str) {
+        self.r
+            .get_mut()
+            .write_all(format!("{text}\n").as_bytes())
+            .unwrap();
+    }
+
+    /// The next line the peer sent, without its line end.
+    pub fn line(&mut self) -> String {
+        let mut line = String::new();
+        assert!(self.r.read_line(&mut line).unwrap() > 0, "closed");
+        line.trim_end().to_owned()
+    }
+
+    /// The next line, parsed (an answer or a notification, unchecked).
+    pub fn next(&mut self) -> Value {
+        let line = self.line();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+    }
+
     /// Sends `request` as one line and returns the answer line, which must be a
     /// well-formed JSON-RPC reply.
     pub fn call(&mut self, request: &Value) -> Value {
