@@ -8,7 +8,7 @@ use rustc_hash::FxHashMap;
 use crate::codec::Params;
 use crate::dispatch::context::Context;
 use crate::dispatch::responder::Responder;
-use crate::dispatch::subscription::{Sink, SinkClosed, Subscribing, SubscriptionConfig};
+use crate::dispatch::subscription::{PushTo, Sink, SinkClosed, Subscribing, SubscriptionConfig};
 use crate::error::{Reason, RegisterError, RpcError};
 use crate::serializer::ResultWriter;
 
@@ -347,34 +347,7 @@ impl RegistryBuilder {
         }
         let notification: Box<str> = notification.into();
         let open = move |ctx: &Context<'_>, params: Params<'_>, out: &mut ResultWriter<'_>| {
-            let Some(push) = ctx.push() else {
-                return Err(RpcError::new(
-                    Reason::PushUnsupported,
-                    format!(
-                        "Method not found: {} is a subscription, and this transport cannot \
-                         carry its notifications (use WebSocket, TCP, Unix or stdio)",
-                        ctx.method()
-                    ),
-                ));
-            };
-            if ctx.id().is_none() {
-                // Sent as a notification: its id could never be known, so it could never
-                // be unsubscribed. (Nothing is answered either way.)
-                return Err(RpcError::invalid_params(
-                    "a subscription needs an id: sent as a notification, none is opened",
-                ));
-            }
-            let Some(sink) = push.open(&notification, config) else {
-                return Err(RpcError::new(
-                    Reason::SubscriptionLimit,
-                    format!(
-                        "Limit exceeded: this connection holds {} subscriptions to {} already \
-                         (unsubscribe some first)",
-                        config.max_per_connection,
-                        ctx.method()
-                    ),
-                ));
-            };
+            let (push, sink) = open_subscription(ctx, &notification, config)?;
             let id = sink.id();
             // A panicking handler opens nothing (the engine answers -32603).
             let ran =
@@ -391,15 +364,8 @@ impl RegistryBuilder {
                 }
             }
         };
-        let close = |ctx: &Context<'_>, params: Params<'_>, out: &mut ResultWriter<'_>| {
-            let (id,): (u64,) = params.parse()?;
-            let closed = ctx
-                .push()
-                .is_some_and(|p| p.close(id, SinkClosed::Unsubscribed));
-            out.write(&closed)
-        };
         self.insert(subscribe, Handler::CallCtx(Box::new(open)))?;
-        self.insert(unsubscribe, Handler::CallCtx(Box::new(close)))
+        self.insert(unsubscribe, Handler::CallCtx(Box::new(unsubscribe_call)))
     }
 
     /// Registers a subscription whose subscribe call is answered later: `f` gets a
@@ -453,33 +419,11 @@ impl RegistryBuilder {
         }
         let notification: Box<str> = notification.into();
         let open = move |ctx: &Context<'_>, params: Params<'_>, responder: Responder| {
-            let Some(push) = ctx.push() else {
-                return responder.error(RpcError::new(
-                    Reason::PushUnsupported,
-                    format!(
-                        "Method not found: {} is a subscription, and this transport cannot \
-                         carry its notifications (use WebSocket, TCP or Unix)",
-                        ctx.method()
-                    ),
-                ));
-            };
-            if ctx.id().is_none() {
-                // Sent as a notification: nothing is opened (nothing is answered either;
-                // the after hook sees the error, as for `subscription`).
-                return responder.error(RpcError::invalid_params(
-                    "a subscription needs an id: sent as a notification, none is opened",
-                ));
-            }
-            let Some(sink) = push.open(&notification, config) else {
-                return responder.error(RpcError::new(
-                    Reason::SubscriptionLimit,
-                    format!(
-                        "Limit exceeded: this connection holds {} subscriptions to {} already \
-                         (unsubscribe some first)",
-                        config.max_per_connection,
-                        ctx.method()
-                    ),
-                ));
+            // Refused as `subscription` refuses (a call sent as a notification gets no
+            // answer; the after hook sees the error).
+            let sink = match open_subscription(ctx, &notification, config) {
+                Ok((_, sink)) => sink,
+                Err(e) => return responder.error(e),
             };
             // A panic drops the `Subscribing` while unwinding: nothing is opened, and
             // the call is answered -32603.
@@ -489,18 +433,11 @@ impl RegistryBuilder {
                 Subscribing::new(sink, responder, ctx.deadline()),
             );
         };
-        let close = |ctx: &Context<'_>, params: Params<'_>, out: &mut ResultWriter<'_>| {
-            let (id,): (u64,) = params.parse()?;
-            let closed = ctx
-                .push()
-                .is_some_and(|p| p.close(id, SinkClosed::Unsubscribed));
-            out.write(&closed)
-        };
         self.insert(subscribe, Handler::Deferred(Box::new(open)))?;
         if let Some(e) = self.methods.get_mut(subscribe) {
             e.untimed = true;
         }
-        self.insert(unsubscribe, Handler::CallCtx(Box::new(close)))
+        self.insert(unsubscribe, Handler::CallCtx(Box::new(unsubscribe_call)))
     }
 
     /// Freezes the methods into an immutable [`Registry`].
@@ -583,6 +520,58 @@ impl fmt::Debug for Registry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_set().entries(self.methods.keys()).finish()
     }
+}
+
+/// Opens a subscription for the subscribe call in `ctx` (the checks both kinds of
+/// subscription make), or says why not: a transport that cannot carry notifications
+/// (`push_unsupported`), a call sent as a notification (its id could never be known, so
+/// it could never be unsubscribed; nothing is answered either way), or the
+/// connection's limit reached (`subscription_limit`).
+fn open_subscription<'a>(
+    ctx: &Context<'a>,
+    notification: &str,
+    config: SubscriptionConfig,
+) -> Result<(PushTo<'a>, Sink), RpcError> {
+    let Some(push) = ctx.push() else {
+        return Err(RpcError::new(
+            Reason::PushUnsupported,
+            format!(
+                "Method not found: {} is a subscription, and this transport cannot \
+                 carry its notifications (use WebSocket, TCP, Unix or stdio)",
+                ctx.method()
+            ),
+        ));
+    };
+    if ctx.id().is_none() {
+        return Err(RpcError::invalid_params(
+            "a subscription needs an id: sent as a notification, none is opened",
+        ));
+    }
+    let Some(sink) = push.open(notification, config) else {
+        return Err(RpcError::new(
+            Reason::SubscriptionLimit,
+            format!(
+                "Limit exceeded: this connection holds {} subscriptions to {} already \
+                 (unsubscribe some first)",
+                config.max_per_connection,
+                ctx.method()
+            ),
+        ));
+    };
+    Ok((push, sink))
+}
+
+/// Every subscription's unsubscribe method: `[ID]` → whether the connection held it.
+fn unsubscribe_call(
+    ctx: &Context<'_>,
+    params: Params<'_>,
+    out: &mut ResultWriter<'_>,
+) -> Result<(), RpcError> {
+    let (id,): (u64,) = params.parse()?;
+    let closed = ctx
+        .push()
+        .is_some_and(|p| p.close(id, SinkClosed::Unsubscribed));
+    out.write(&closed)
 }
 
 #[cfg(test)]
