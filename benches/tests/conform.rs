@@ -1,5 +1,8 @@
-//! The `conform` binary against ringrpc's demo server (nothing may fail) and against
-//! deliberately broken servers (each breaks one rule; the cases of that rule must fail).
+//! The `conform` binary against ringrpc's demo server (nothing may fail), against
+//! deliberately broken servers (each breaks one rule; the cases of that rule must fail),
+//! and against a third-party implementation with known deviations: Python's
+//! `jsonrpcserver` 5.0.9 from PyPI behind `benches/scripts/jsonrpcserver_http.py` (needs
+//! `python3 -m pip install jsonrpcserver==5.0.9`; `.ci/run` installs it).
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -50,9 +53,17 @@ fn ringrpc_passes_every_case() {
     let mut server = Server::new(demo::engine(Config::default())).unwrap();
     let tcp = server.listen_tcp("127.0.0.1:0").unwrap();
     let http = server.listen_http("127.0.0.1:0").unwrap();
+    let sock = std::env::temp_dir().join(format!("ringrpc-conform-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&sock);
+    server.listen_unix(&sock).unwrap();
     let stop = server.handle();
     let thread = std::thread::spawn(move || server.run());
-    for url in [format!("tcp://{tcp}"), format!("http://{http}/")] {
+    for url in [
+        format!("tcp://{tcp}"),
+        format!("http://{http}/"),
+        format!("unix://{}", sock.display()),
+        format!("ws://{http}/"),
+    ] {
         let (code, out) = conform(&[&url]);
         let (passed, failed, skipped) = summary(&out);
         assert_eq!((failed, skipped), (0, 0), "{url}:\n{out}");
@@ -61,6 +72,7 @@ fn ringrpc_passes_every_case() {
     }
     stop.shutdown();
     thread.join().unwrap().unwrap();
+    let _ = std::fs::remove_file(&sock);
 }
 
 /// A newline-delimited TCP server answering each line as ringrpc's demo engine does,
@@ -276,4 +288,81 @@ fn stdio_serde_baseline_passes_and_a_missing_method_skips() {
         "{out}"
     );
     assert_eq!(code, Some(0));
+}
+
+/// The deviations docs/CONFORMANCE.md lists for jsonrpcserver 5.0.9: it validates a batch
+/// against one JSON schema, so one bad element (or none good) makes the whole batch a
+/// single -32600; and Python's `json.loads` takes `NaN` and `Infinity`, which are not JSON.
+const JSONRPCSERVER_DEVIATIONS: &[&str] = &[
+    "spec.invalid-batch-one",
+    "spec.invalid-batch",
+    "spec.batch",
+    "batch.bad-element-others-stand",
+    "batch.bad-version-element",
+    "batch.nested",
+    "corpus.n_number_NaN",
+    "corpus.n_number_infinity",
+    "corpus.n_number_minus_infinity",
+];
+
+/// A child process killed when dropped, so a failed assertion leaves no server behind.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn python_jsonrpcserver_fails_exactly_its_known_deviations() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/jsonrpcserver_http.py");
+    let version = Command::new("python3")
+        .args([
+            "-c",
+            "import importlib.metadata as m; print(m.version('jsonrpcserver'))",
+        ])
+        .output()
+        .expect("this test needs python3");
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout).trim(),
+        "5.0.9",
+        "this test needs jsonrpcserver 5.0.9 (python3 -m pip install jsonrpcserver==5.0.9; .ci/run does): {}",
+        String::from_utf8_lossy(&version.stderr)
+    );
+    let mut child = Child(
+        Command::new("python3")
+            .args([script, "--port", "0"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the jsonrpcserver wrapper"),
+    );
+    let mut line = String::new();
+    BufReader::new(child.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening http ")
+        .unwrap_or_else(|| panic!("the wrapper printed {line:?}"));
+    let url = format!("http://{addr}/");
+    let (code, out) = conform(&[&url]);
+    let (passed, _, skipped) = summary(&out);
+    let mut got = failed(&out);
+    got.sort();
+    let mut want: Vec<String> = JSONRPCSERVER_DEVIATIONS
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    want.sort();
+    assert_eq!(got, want, "{out}");
+    // Rejected whole: the mixed batch comes back as one -32600 object, not an array.
+    assert!(
+        out.contains("FAIL batch.bad-element-others-stand: not an array"),
+        "{out}"
+    );
+    assert_eq!(skipped, 0, "{out}");
+    assert_eq!(passed + want.len(), 402, "{out}");
+    assert_eq!(code, Some(1));
 }
