@@ -28,23 +28,10 @@ rounds=${2:-3}
 PUSH=${PUSH:-100x1 100x0.01 1000x1 100x1d 100x0.01d}
 MODES=${MODES:-ws tcp}
 bin=${CARGO_TARGET_DIR:-target}/release
-for b in "$bin/examples/server" "$bin/examples/proxy" "$bin/loadgen"; do
-  [ -x "$b" ] || { echo "proxy_push: missing $b (see the top of this script)" >&2; exit 2; }
-done
+. benches/scripts/lib.sh proxy_push
+need "$bin/examples/server" "$bin/examples/proxy" "$bin/loadgen"
 tck=$(getconf CLK_TCK)
-tmp=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$tmp"; }
-trap cleanup EXIT
 
-listening() { # file kind: the address of its `listening KIND ADDR` line
-  for _ in $(seq 100); do
-    a=$(awk -v k="$2" '$1 == "listening" && $2 == k { print $3; exit }' "$1")
-    [ -n "$a" ] && { echo "$a"; return; }
-    sleep 0.05
-  done
-  echo "proxy_push: no listening $2 line in $1" >&2; cat "$1" >&2; exit 2
-}
 taskset -c 1 "$bin/examples/server" --tcp 127.0.0.1:0 --http 127.0.0.1:0 \
   --idle-timeout-ms 0 >"$tmp/s.out" 2>&1 &
 pids+=($!); spid=$!
@@ -54,7 +41,6 @@ taskset -c 1 "$bin/examples/proxy" --upstream "default=tcp://$stcp" --connection
   --tcp 127.0.0.1:0 --http 127.0.0.1:0 >"$tmp/p.out" 2>&1 &
 pids+=($!); ppid=$!
 ptcp=$(listening "$tmp/p.out" tcp); phttp=$(listening "$tmp/p.out" http)
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 for round in $(seq "$rounds"); do
   for push in $PUSH; do

@@ -23,25 +23,14 @@ cargo build --release -q -p examples --example server -p benches --bin loadgen -
 bin=${CARGO_TARGET_DIR:-target}/release
 srv=() lg=()
 if [ "$(nproc)" -ge 2 ]; then srv=(taskset -c 1); lg=(taskset -c 0); fi
-tmp=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$tmp"; }
-trap cleanup EXIT
+. benches/scripts/lib.sh vs_jsonrpsee
 
 "${srv[@]}" "$bin/examples/server" --tcp off --http 127.0.0.1:0 --idle-timeout-ms 0 >"$tmp/r.out" 2>&1 &
 pids+=($!)
 ws=(); [ "$TRANSPORT" = ws ] && ws=(--ws)
 "${srv[@]}" "$bin/jsonrpsee_server" --http 127.0.0.1:0 "${ws[@]}" >"$tmp/j.out" 2>&1 &
 pids+=($!)
-addr() { # file: the address of its `listening http ADDR` line
-  for _ in $(seq 100); do
-    a=$(awk '$1 == "listening" && $2 == "http" { print $3; exit }' "$1")
-    [ -n "$a" ] && { echo "$a"; return; }
-    sleep 0.05
-  done
-  echo "vs_jsonrpsee: no listening line in $1" >&2; cat "$1" >&2; exit 2
-}
-raddr=$(addr "$tmp/r.out"); jaddr=$(addr "$tmp/j.out")
+raddr=$(listening "$tmp/r.out" http); jaddr=$(listening "$tmp/j.out" http)
 
 "${lg[@]}" "$bin/loadgen" --compare "ringrpc=$TRANSPORT://$raddr/" "jsonrpsee=$TRANSPORT://$jaddr/" \
   --rate "$RATE" --connections "$CONNECTIONS" --duration "$DURATION" --warmup 1 --rounds "$ROUNDS" \

@@ -23,29 +23,15 @@ rounds=${2:-3}
 LOADS=${LOADS:-16x1 16x16 16x1b16}
 PUSH=${PUSH:-100x1 1000x1 100x0.01}
 bin=${CARGO_TARGET_DIR:-target}/release
-for b in "$bin/examples/server" "$bin/loadgen" "$bin/jsonrpsee_server"; do
-  [ -x "$b" ] || { echo "ws_compare: missing $b (see the top of this script)" >&2; exit 2; }
-done
+. benches/scripts/lib.sh ws_compare
+need "$bin/examples/server" "$bin/loadgen" "$bin/jsonrpsee_server"
 tck=$(getconf CLK_TCK)
-tmp=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$tmp"; }
-trap cleanup EXIT
 
 taskset -c 1 "$bin/examples/server" --tcp off --http 127.0.0.1:0 --idle-timeout-ms 0 >"$tmp/r.out" 2>&1 &
 pids+=($!); rpid=$!
 taskset -c 1 "$bin/jsonrpsee_server" --http 127.0.0.1:0 --ws >"$tmp/j.out" 2>&1 &
 pids+=($!); jpid=$!
-addr() { # file: the address of its `listening http ADDR` line
-  for _ in $(seq 100); do
-    a=$(awk '$1 == "listening" && $2 == "http" { print $3; exit }' "$1")
-    [ -n "$a" ] && { echo "$a"; return; }
-    sleep 0.05
-  done
-  echo "ws_compare: no listening line in $1" >&2; cat "$1" >&2; exit 2
-}
-raddr=$(addr "$tmp/r.out"); jaddr=$(addr "$tmp/j.out")
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+raddr=$(listening "$tmp/r.out" http); jaddr=$(listening "$tmp/j.out" http)
 
 for round in $(seq "$rounds"); do
   for load in $LOADS; do
