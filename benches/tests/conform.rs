@@ -2,14 +2,16 @@
 //! deliberately broken servers (each breaks one rule; the cases of that rule must fail),
 //! and against a third-party implementation with known deviations: Python's
 //! `jsonrpcserver` 5.0.9 from PyPI behind `benches/scripts/jsonrpcserver_http.py` (needs
-//! `python3 -m pip install jsonrpcserver==5.0.9`; `.ci/run` installs it).
+//! `python3 -m pip install jsonrpcserver==5.0.9`; `.ci/run` installs it). Also ringrpc's
+//! proxy in front of the demo server: forwarding must not change a verdict.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::process::Command;
 
+use ringrpc::proxy::Proxy;
 use ringrpc::server::Server;
-use ringrpc::{demo, Config, Outcome};
+use ringrpc::{demo, Config, Engine, Outcome, Registry};
 
 /// Runs `conform` with `args`; its exit code and stdout.
 fn conform(args: &[&str]) -> (Option<i32>, String) {
@@ -73,6 +75,39 @@ fn ringrpc_passes_every_case() {
     stop.shutdown();
     thread.join().unwrap().unwrap();
     let _ = std::fs::remove_file(&sock);
+}
+
+#[test]
+fn the_proxy_in_front_of_ringrpc_passes_every_case() {
+    // Envelope-only forwarding must be invisible: the same 0 failures through the proxy,
+    // to a tcp:// and to an http:// upstream, for clients over TCP and HTTP.
+    let mut upstream = Server::new(demo::engine(Config::default())).unwrap();
+    let up_tcp = upstream.listen_tcp("127.0.0.1:0").unwrap();
+    let up_http = upstream.listen_http("127.0.0.1:0").unwrap();
+    let stop_upstream = upstream.handle();
+    let upstream = std::thread::spawn(move || upstream.run());
+    for up in [format!("tcp://{up_tcp}"), format!("http://{up_http}/")] {
+        let proxy = Proxy::builder().upstream("default", &up).start().unwrap();
+        let mut methods = Registry::builder();
+        proxy.install(&mut methods).unwrap();
+        let mut front = Server::new(Engine::new(methods.freeze(), Config::default())).unwrap();
+        let tcp = front.listen_tcp("127.0.0.1:0").unwrap();
+        let http = front.listen_http("127.0.0.1:0").unwrap();
+        let stop = front.handle();
+        let thread = std::thread::spawn(move || front.run());
+        for url in [format!("tcp://{tcp}"), format!("http://{http}/")] {
+            let (code, out) = conform(&[&url]);
+            let (passed, failed, skipped) = summary(&out);
+            assert_eq!((failed, skipped), (0, 0), "{url} via {up}:\n{out}");
+            assert!(passed > 400, "{url} via {up}: only {passed} passed\n{out}");
+            assert_eq!(code, Some(0), "{url} via {up}");
+        }
+        stop.shutdown();
+        thread.join().unwrap().unwrap();
+        drop(proxy);
+    }
+    stop_upstream.shutdown();
+    upstream.join().unwrap().unwrap();
 }
 
 /// A newline-delimited TCP server answering each line as ringrpc's demo engine does,
