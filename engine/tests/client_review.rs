@@ -302,16 +302,19 @@ fn waiting_for_the_writer_and_reconnecting_count_against_the_call_deadline() {
     let c = Arc::new(Client::connect_with(&format!("tcp://{addr}"), opts).unwrap());
     // 8 MiB: larger than what the kernel buffers for a peer that never reads (our send buffer,
     // at most tcp_wmem's 4 MiB, plus its receive buffer, which is autotuned only as the
-    // peer reads), so the write stalls; no larger, since encoding it (debug build)
-    // counts against the deadline measured below.
-    let big = Arc::new("x".repeat(8 << 20));
+    // peer reads), so the write stalls. Already JSON, so that writing it into the request
+    // is a copy: encoding 8 MiB of string in a debug build on a busy machine took long
+    // enough to count against the deadline measured below.
+    let big: Arc<Box<serde_json::value::RawValue>> = Arc::new(
+        serde_json::value::RawValue::from_string(format!("[\"{}\"]", "x".repeat(8 << 20))).unwrap(),
+    );
     let first = {
         let (c, big) = (Arc::clone(&c), Arc::clone(&big));
-        std::thread::spawn(move || c.call::<Value, _>("m", [&*big]))
+        std::thread::spawn(move || c.call::<Value, _>("m", &*big))
     };
     std::thread::sleep(Duration::from_millis(100));
     let start = Instant::now();
-    let r = c.call::<Value, _>("m", [&*big]);
+    let r = c.call::<Value, _>("m", &*big);
     let took = start.elapsed();
     assert!(
         matches!(
