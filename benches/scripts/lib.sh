@@ -1,4 +1,4 @@
-# Sourced by the benchmark scripts (`. "$(dirname "$0")/lib.sh" NAME`, NAME for messages):
+# Sourced by the benchmark scripts (`. benches/scripts/lib.sh NAME` from the repository root, or `. "$here/lib.sh" NAME`; NAME for messages):
 # a temporary directory `$tmp`, the processes a script starts (append their pids to
 # `pids`; killed and reaped at exit, `$tmp` removed), and the helpers below.
 script_name=$1

@@ -102,33 +102,9 @@ done
 command -v taskset >/dev/null || { echo "proxy_compare: taskset (util-linux) is needed" >&2; exit 2; }
 [ "$(nproc --all)" -ge 2 ] || { echo "proxy_compare: needs CPUs 0 and 1" >&2; exit 2; }
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/proxy_compare.XXXXXX")
+. "$here/lib.sh" proxy_compare
 RESULTS=${RESULTS:-$tmp/results.jsonl}
 tck=$(getconf CLK_TCK)
-pids=()
-cleanup() {
-  # Only what this script started, by pid.
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# Waits for a `listening KIND ADDR` line in FILE; prints ADDR.
-listening() {
-  local file=$1 kind=$2 i
-  for i in $(seq 100); do
-    if grep -q "^listening $kind " "$file" 2>/dev/null; then
-      awk -v k="$kind" '$1 == "listening" && $2 == k { print $3; exit }' "$file"
-      return 0
-    fi
-    sleep 0.05
-  done
-  echo "proxy_compare: no 'listening $kind' line in $file:" >&2
-  cat "$file" >&2
-  return 1
-}
 
 # Waits until something accepts connections on HOST:PORT.
 accepting() {
