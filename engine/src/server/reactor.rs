@@ -304,6 +304,9 @@ fn serve(parts: Parts) -> io::Result<()> {
                         if ev.is_read_closed() || ev.is_error() {
                             conn.hup = true;
                         }
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            conn.unread = true;
+                        }
                         if drive(&mut ctx, conn, key) {
                             again_next.push((key, conn.generation));
                         }
@@ -834,7 +837,7 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
     // Whether the socket was read dry (or closed): only then will a new readiness edge
     // come by itself.
     let mut dry = false;
-    while conn.may_read(high_water) && reads < READ_BUDGET {
+    while conn.unread && conn.may_read(high_water) && reads < READ_BUDGET {
         if conn.rbuf.capacity() == 0 {
             conn.rbuf = ctx
                 .spare
@@ -870,11 +873,13 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
                 // the peer closed: its end of stream must still be read.
                 if n < READ_CHUNK && !conn.hup {
                     dry = true;
+                    conn.unread = false;
                     break;
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 dry = true;
+                conn.unread = false;
                 break;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -900,7 +905,7 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
     // budget ran out), or held requests that may now be answered: revisit it, since no
     // new edge may come. If the output is still over the mark, the flush hit a full
     // socket and the writable edge will come.
-    (!dry && conn.may_read(high_water)) || (conn.held && conn.may_answer(high_water))
+    (!dry && conn.unread && conn.may_read(high_water)) || (conn.held && conn.may_answer(high_water))
 }
 
 /// Answers the complete requests in the read buffer. With `high_water`, stops while the
