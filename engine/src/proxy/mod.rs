@@ -4,7 +4,10 @@
 //! A [`Proxy`] is installed as a server's fallback route
 //! ([`RegistryBuilder::deferred_fallback`]): every call the registry does not serve
 //! itself goes to an upstream group chosen by method, over a few pipelined upstream
-//! connections that every client connection shares.
+//! connections that every client connection shares. Installed on a server, the proxy
+//! also gives each reactor a connection of its own to each upstream, served in the
+//! reactor's own event loop, and the reactor's clients' calls go there: no hand-off to
+//! another thread (see [`ProxyBuilder::reactor_connections`]).
 //!
 //! **Envelope only.** The request sent upstream is the method and the params' original
 //! bytes under a *private* id; the upstream's `result` or `error` comes back as its
@@ -967,7 +970,8 @@ impl Proxy {
     }
 
     /// Makes this proxy the fallback route of `methods`: every method it does not
-    /// register is forwarded. Its subscriptions ([`ProxyBuilder::subscription`]) are
+    /// register is forwarded. A server serving `methods` runs the proxy's reactor
+    /// connections ([`ProxyBuilder::reactor_connections`]) in each of its reactors. Its subscriptions ([`ProxyBuilder::subscription`]) are
     /// registered in `methods` (answered by the proxy, forwarded as shared upstream
     /// subscriptions).
     ///
