@@ -78,6 +78,10 @@ struct Args {
     /// Connections to each upstream, shared by every client (default 2).
     #[arg(long, value_name = "N")]
     connections: Option<usize>,
+    /// No connection of each reactor's own to each upstream: every call goes through
+    /// the shared connections and the upstream thread.
+    #[arg(long)]
+    no_reactor_connections: bool,
     /// Forward a subscription: SUBSCRIBE:NOTIFICATION:UNSUBSCRIBE (e.g.
     /// eth_subscribe:eth_subscription:eth_unsubscribe); repeat it. Its subscribe method
     /// is routed like any method, to a group of tcp:// or unix:// upstreams; identical
@@ -193,6 +197,9 @@ fn proxy(a: &Args) -> Result<Proxy, String> {
     }
     if let Some(n) = a.connections {
         b.connections(n);
+    }
+    if a.no_reactor_connections {
+        b.reactor_connections(false);
     }
     for spec in &a.subscription {
         let mut parts = spec.split(':');

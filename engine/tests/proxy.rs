@@ -1676,3 +1676,68 @@ fn upstream_notifications_do_not_break_the_connection() {
     drop(proxy);
     upstream.stop();
 }
+
+/// Each server reactor forwards its clients' calls on a connection of its own to the
+/// upstream (besides the shared ones), and `reactor_connections(false)` leaves only the
+/// shared ones. The fake upstream answers each call with the number of the connection
+/// it came on.
+#[test]
+fn each_reactor_forwards_on_a_connection_of_its_own() {
+    for own in [true, false] {
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&accepted);
+        let addr = listen(move |conn| {
+            let n = counter.fetch_add(1, Ordering::SeqCst);
+            let mut w = conn.try_clone().unwrap();
+            for line in BufReader::new(conn).lines() {
+                let Ok(line) = line else { return };
+                let v: Value = serde_json::from_str(&line).unwrap();
+                let answer = json!({"jsonrpc":"2.0","id":v["id"],"result":n});
+                if w.write_all(format!("{answer}\n").as_bytes()).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut b = Proxy::builder();
+        b.upstream("default", &format!("tcp://{addr}"))
+            .connections(1)
+            .health_interval(Duration::ZERO)
+            .reactor_connections(own);
+        let proxy = b.start().unwrap();
+        let mut methods = Registry::builder();
+        proxy.install(&mut methods).unwrap();
+        let engine = Engine::new(methods.freeze(), Config::default());
+        let front = Served::start(engine, ServerConfig::default().reactors(2));
+
+        let s = TcpStream::connect(front.tcp).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut r = BufReader::new(s);
+        let mut carriers = std::collections::BTreeSet::new();
+        for i in 0..50 {
+            let call = format!(r#"{{"jsonrpc":"2.0","method":"which","id":{i}}}"#);
+            r.get_mut()
+                .write_all(format!("{call}\n").as_bytes())
+                .unwrap();
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            let v: Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(v["id"], i, "{v}");
+            carriers.insert(v["result"].as_u64().unwrap());
+        }
+        // One client, one reactor: its calls all take one connection.
+        assert_eq!(carriers.len(), 1, "{carriers:?}");
+        // The shared connection, and with `own` one for each of the two reactors
+        // (connected as they start; waited for, not timed).
+        let want = if own { 3 } else { 1 };
+        for _ in 0..1000 {
+            if accepted.load(Ordering::SeqCst) >= want {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), want, "own: {own}");
+        drop(r);
+        front.stop();
+        drop(proxy);
+    }
+}

@@ -2,6 +2,7 @@
 //! the hot path reads without locks.
 
 use std::fmt;
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
@@ -11,6 +12,7 @@ use crate::dispatch::responder::Responder;
 use crate::dispatch::subscription::{PushTo, Sink, SinkClosed, Subscribing, SubscriptionConfig};
 use crate::error::{Reason, RegisterError, RpcError};
 use crate::serializer::ResultWriter;
+use crate::server::attach::Attach;
 
 type CallFn = dyn Fn(Params<'_>, &mut ResultWriter<'_>) -> Result<(), RpcError> + Send + Sync;
 type CtxCallFn =
@@ -95,6 +97,8 @@ impl Entry {
 pub struct RegistryBuilder {
     methods: FxHashMap<Box<str>, Entry>,
     fallback: Option<Entry>,
+    /// Run in every server reactor's loop (a proxy's own upstream connections).
+    attachments: Vec<Arc<dyn Attach>>,
 }
 
 impl RegistryBuilder {
@@ -440,9 +444,16 @@ impl RegistryBuilder {
         self.insert(unsubscribe, Handler::CallCtx(Box::new(unsubscribe_call)))
     }
 
+    /// Has every server reactor run `a` in its loop (see [`crate::server::attach`]).
+    pub(crate) fn attach(&mut self, a: Arc<dyn Attach>) -> &mut Self {
+        self.attachments.push(a);
+        self
+    }
+
     /// Freezes the methods into an immutable [`Registry`].
     pub fn freeze(self) -> Registry {
         let (mut methods, mut fallback) = (self.methods, self.fallback);
+        let attachments = self.attachments;
         // Metric indices in name order: a scrape lists methods alphabetically.
         let mut names: Vec<Box<str>> = methods.keys().cloned().collect();
         names.sort_unstable();
@@ -460,6 +471,7 @@ impl RegistryBuilder {
             methods,
             fallback,
             names,
+            attachments,
         }
     }
 }
@@ -471,6 +483,7 @@ pub struct Registry {
     fallback: Option<Entry>,
     /// The method names in metric-index order.
     names: Vec<Box<str>>,
+    attachments: Vec<Arc<dyn Attach>>,
 }
 
 impl Registry {
@@ -488,6 +501,11 @@ impl Registry {
     /// The method names in metric-index order.
     pub(crate) fn names(&self) -> &[Box<str>] {
         &self.names
+    }
+
+    /// What every server reactor runs in its loop.
+    pub(crate) fn attachments(&self) -> &[Arc<dyn Attach>] {
+        &self.attachments
     }
 
     /// Whether `name` is registered and marked for de-duplication.

@@ -3,6 +3,7 @@
 //!
 //! ```toml
 //! connections = 2              # per upstream
+//! reactor_connections = true   # and one per upstream of each reactor's own
 //! upstream_timeout_ms = 30000
 //! coalesce = true
 //! cache_bytes = 67108864
@@ -42,6 +43,7 @@ use super::{ProxyBuilder, ProxyError};
 #[serde(deny_unknown_fields)]
 struct File {
     connections: Option<usize>,
+    reactor_connections: Option<bool>,
     upstream_timeout_ms: Option<u64>,
     coalesce: Option<bool>,
     cache_bytes: Option<usize>,
@@ -106,6 +108,9 @@ impl ProxyBuilder {
         let f: File = toml::from_str(text).map_err(|e| ProxyError::Config(e.to_string()))?;
         if let Some(n) = f.connections {
             self.connections(n);
+        }
+        if let Some(on) = f.reactor_connections {
+            self.reactor_connections(on);
         }
         if let Some(ms) = f.upstream_timeout_ms {
             self.timeout(Duration::from_millis(ms.max(1)));

@@ -1,6 +1,8 @@
 //! One upstream connection's side shared between the threads that forward calls (the
 //! server's reactors, running the fallback route) and the upstream thread that owns
 //! the socket: the bytes waiting to be written and the calls waiting for an answer.
+//! (A reactor's own lanes, see `upstream::OnReactor`, are written and read by that
+//! reactor alone: the same steps on one thread, with nothing to wake.)
 //!
 //! ```text
 //!  reactor ── forward: lock, append the request to `out`, park the Responder

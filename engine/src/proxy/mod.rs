@@ -4,7 +4,10 @@
 //! A [`Proxy`] is installed as a server's fallback route
 //! ([`RegistryBuilder::deferred_fallback`]): every call the registry does not serve
 //! itself goes to an upstream group chosen by method, over a few pipelined upstream
-//! connections that every client connection shares.
+//! connections that every client connection shares. Installed on a server, the proxy
+//! also gives each reactor a connection of its own to each upstream, served in the
+//! reactor's own event loop, and the reactor's clients' calls go there: no hand-off to
+//! another thread (see [`ProxyBuilder::reactor_connections`]).
 //!
 //! **Envelope only.** The request sent upstream is the method and the params' original
 //! bytes under a *private* id; the upstream's `result` or `error` comes back as its
@@ -147,6 +150,10 @@ pub(crate) struct Upstream {
     pub(crate) address: Address,
     /// TCP and HTTP: where its name resolved to.
     pub(crate) resolved: resolve::Resolved,
+    /// HTTP: the request head up to the `Content-Length` value (for a lane to it).
+    pub(crate) http_head: Option<Box<[u8]>>,
+    /// The most elements of a sub-batch sent to it.
+    pub(crate) batch_max: usize,
 }
 
 /// Upstreams of one name, balanced by least outstanding calls.
@@ -154,6 +161,8 @@ struct Group {
     name: Box<str>,
     /// Its lanes (indices into `Shared::lanes`).
     lanes: Vec<usize>,
+    /// Its upstreams (indices into `Shared::upstreams`, and into a reactor's own lanes).
+    upstreams: Vec<usize>,
     /// Where the next search for the least loaded lane starts, so equally loaded lanes
     /// take turns.
     next: AtomicUsize,
@@ -162,7 +171,11 @@ struct Group {
 /// What forwarding threads and the upstream thread share.
 pub(crate) struct Shared {
     pub(crate) upstreams: Vec<Upstream>,
-    pub(crate) lanes: Vec<Lane>,
+    /// The shared lanes: `connections` per upstream, served by the upstream thread.
+    pub(crate) lanes: Arc<[Lane]>,
+    /// Each server reactor the proxy is installed on opens lanes of its own (one per
+    /// upstream; see `upstream::OnReactor`).
+    pub(crate) reactor_lanes: bool,
     groups: Vec<Group>,
     routes: Rules<usize>,
     /// Methods that may be sent again after a failure (`--idempotent`).
@@ -200,6 +213,11 @@ pub(crate) struct Shared {
 impl Shared {
     /// The up lane of `group` (other than `except`) with the fewest calls outstanding.
     fn pick(&self, group: &Group, except: Option<usize>) -> Option<usize> {
+        self.pick_where(group, |i, _| except != Some(i))
+    }
+
+    /// The up lane of `group` that `allowed` (given its index) allows with the fewest calls outstanding.
+    fn pick_where(&self, group: &Group, allowed: impl Fn(usize, &Lane) -> bool) -> Option<usize> {
         let n = group.lanes.len();
         let start = group.next.fetch_add(1, Ordering::Relaxed);
         let mut best = None;
@@ -207,7 +225,7 @@ impl Shared {
         for k in 0..n {
             let i = group.lanes[(start + k) % n];
             let lane = &self.lanes[i];
-            if !lane.up.load(Ordering::Acquire) || except == Some(i) {
+            if !lane.up.load(Ordering::Acquire) || !allowed(i, lane) {
                 continue;
             }
             let outstanding = lane.outstanding.load(Ordering::Relaxed);
@@ -223,21 +241,37 @@ impl Shared {
         let method = ctx.method();
         let g = self.routes.find(method).unwrap_or(self.default_group);
         let group = &self.groups[g];
-        let Some(i) = self.pick(group, None) else {
-            return responder.error(RpcError::new(
-                Reason::UpstreamUnavailable,
-                format!(
-                    "Server busy: no upstream of group `{}` is reachable",
-                    group.name
-                ),
-            ));
-        };
-        let lane = &self.lanes[i];
-        // An element of a client batch joins the batch's sub-batch for this lane.
-        let batch = if lane.batch_max > 1 {
-            sub_batch::owner().map(|owner| (owner, lane.batch_max))
-        } else {
+        let idempotent = self.idempotent.find(method).is_some();
+        // On a reactor with lanes of its own, the call goes on one of those (written and
+        // answered on this thread), unless it may be hedged (hedging watches the shared
+        // lanes) or joins a client batch's sub-batch (sub-batches are the shared lanes').
+        let own = if idempotent && self.hedge.is_some() {
             None
+        } else {
+            upstream::own_lane(self, &group.upstreams)
+                .filter(|(lanes, i)| lanes[*i].batch_max <= 1 || sub_batch::owner().is_none())
+        };
+        let (lane, target) = match &own {
+            Some((lanes, i)) => (&lanes[*i], None),
+            None => {
+                let Some(i) = self.pick(group, None) else {
+                    return responder.error(RpcError::new(
+                        Reason::UpstreamUnavailable,
+                        format!(
+                            "Server busy: no upstream of group `{}` is reachable",
+                            group.name
+                        ),
+                    ));
+                };
+                (&self.lanes[i], Some(i))
+            }
+        };
+        // An element of a client batch joins the batch's sub-batch for this lane.
+        let batch = match target {
+            Some(_) if lane.batch_max > 1 => {
+                sub_batch::owner().map(|owner| (owner, lane.batch_max))
+            }
+            _ => None,
         };
         if responder.is_notification() {
             {
@@ -245,11 +279,12 @@ impl Shared {
                 q.request(batch, None, |out| write_tail(out, method, &params));
                 lane.has_out.store(true, Ordering::SeqCst);
             }
-            self.written(batch, i);
+            if let Some(i) = target {
+                self.written(batch, i);
+            }
             // Its answer is dropped; its hooks see success.
             return responder.respond_raw(b"null");
         }
-        let idempotent = self.idempotent.find(method).is_some();
         if idempotent && self.hedge.is_some() {
             self.forwarded.fetch_add(1, Ordering::Relaxed);
         }
@@ -338,7 +373,10 @@ impl Shared {
             lane.outstanding.fetch_add(1, Ordering::Relaxed);
             lane.has_out.store(true, Ordering::SeqCst);
         }
-        self.written(batch, i);
+        // A reactor's own lane is written at the end of its turn: nobody to wake.
+        if let Some(i) = target {
+            self.written(batch, i);
+        }
     }
 
     /// After a request was written to lane `i`: wakes the upstream thread, or, for an
@@ -417,11 +455,22 @@ impl Shared {
     /// lost connection is being remade and may take it too). Gives the call back
     /// (`Some`) when it may not be resent: not idempotent, sent 3 times already, or no
     /// connection of its group is up.
-    pub(crate) fn resend(&self, mut call: Call, failed: Option<usize>) -> Option<Call> {
+    ///
+    /// `down`: the upstream a reactor's own connection to it just failed: lanes to
+    /// other upstreams of the group are preferred (the shared lanes to it may not have
+    /// seen the failure yet, and would take the call only to fail it again).
+    pub(crate) fn resend(
+        &self,
+        mut call: Call,
+        failed: Option<usize>,
+        down: Option<usize>,
+    ) -> Option<Call> {
         let Some(mut retry) = call.retry.take() else {
             return Some(call);
         };
-        let lane = match self.pick(&self.groups[retry.group], failed) {
+        let group = &self.groups[retry.group];
+        let elsewhere = down.and_then(|u| self.pick_where(group, |_, l| l.upstream != u));
+        let lane = match elsewhere.or_else(|| self.pick(group, failed)) {
             Some(i) if retry.attempts < MAX_ATTEMPTS => &self.lanes[i],
             _ => {
                 call.retry = Some(retry);
@@ -532,6 +581,7 @@ pub struct ProxyBuilder {
     cache: Vec<(String, Duration)>,
     cache_bytes: usize,
     connections: usize,
+    reactor_lanes: bool,
     timeout: Duration,
     max_answer_bytes: usize,
     batch_max: Option<usize>,
@@ -671,6 +721,18 @@ impl ProxyBuilder {
         self
     }
 
+    /// Whether each server reactor the proxy is installed on ([`Proxy::install`])
+    /// opens a connection of its own to each upstream (default: yes). Its clients'
+    /// calls then go on those, written and answered on the reactor's own thread (no
+    /// hand-off to the upstream thread and back: cheaper per call); the shared
+    /// [`ProxyBuilder::connections`] still carry subscriptions, sub-batches, hedged
+    /// calls, resent calls and calls of a reactor whose own connection is down. An
+    /// upstream then has `connections` + reactors connections from the proxy.
+    pub fn reactor_connections(&mut self, on: bool) -> &mut Self {
+        self.reactor_lanes = on;
+        self
+    }
+
     /// How long a call waits for its upstream's answer before it is answered `-32001`
     /// (`upstream_timeout`); default 30 s. The call's own deadline (the server's
     /// `request_timeout`, or the caller's budget) is kept when it is earlier.
@@ -748,24 +810,28 @@ impl ProxyBuilder {
                     groups.push(Group {
                         name: group.as_str().into(),
                         lanes: Vec::new(),
+                        upstreams: Vec::new(),
                         next: AtomicUsize::new(0),
                     });
                     groups.len() - 1
                 }
             };
+            let batch_max = self.batch_max.unwrap_or(if http_head.is_some() {
+                HTTP_BATCH_MAX
+            } else {
+                1
+            });
+            groups[g].upstreams.push(upstreams.len());
             for _ in 0..self.connections {
                 groups[g].lanes.push(lanes.len());
-                let batch_max = self.batch_max.unwrap_or(if http_head.is_some() {
-                    HTTP_BATCH_MAX
-                } else {
-                    1
-                });
                 lanes.push(Lane::new(upstreams.len(), http_head.clone(), batch_max));
             }
             upstreams.push(Upstream {
                 url: url.clone(),
                 resolved: resolve::first(url, &address),
                 address,
+                http_head,
+                batch_max,
             });
         }
         let mut rules = Vec::new();
@@ -820,9 +886,11 @@ impl ProxyBuilder {
         let poll = mio::Poll::new()?;
         let waker = mio::Waker::new(poll.registry(), upstream::WAKER)?;
         let config = self.subscription_config;
+        let registry = poll.registry().try_clone()?;
         let shared = Arc::new_cyclic(|me| Shared {
             upstreams,
-            lanes,
+            lanes: lanes.into(),
+            reactor_lanes: self.reactor_lanes,
             groups,
             routes,
             idempotent: Rules::new(self.idempotent.iter().map(|p| (Pattern::parse(p), ()))),
@@ -847,7 +915,7 @@ impl ProxyBuilder {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
                 .name("ringrpc-upstream".into())
-                .spawn(move || upstream::run(shared, poll))?
+                .spawn(move || upstream::run(shared, poll, registry))?
         };
         Ok(Proxy {
             shared,
@@ -892,6 +960,7 @@ impl Proxy {
             cache: Vec::new(),
             cache_bytes: 64 << 20,
             connections: 2,
+            reactor_lanes: true,
             timeout: Duration::from_secs(30),
             max_answer_bytes: crate::config::defaults::DEFAULT_MAX_RESPONSE_BYTES,
             batch_max: None,
@@ -901,7 +970,8 @@ impl Proxy {
     }
 
     /// Makes this proxy the fallback route of `methods`: every method it does not
-    /// register is forwarded. Its subscriptions ([`ProxyBuilder::subscription`]) are
+    /// register is forwarded. A server serving `methods` runs the proxy's reactor
+    /// connections ([`ProxyBuilder::reactor_connections`]) in each of its reactors. Its subscriptions ([`ProxyBuilder::subscription`]) are
     /// registered in `methods` (answered by the proxy, forwarded as shared upstream
     /// subscriptions).
     ///
@@ -925,6 +995,11 @@ impl Proxy {
         methods.deferred_fallback(move |ctx, params, responder| {
             forwarder.forward(ctx, params, responder);
         });
+        if self.shared.reactor_lanes {
+            methods.attach(Arc::new(upstream::Attachment::new(Arc::clone(
+                &self.shared,
+            ))));
+        }
         Ok(())
     }
 

@@ -1,8 +1,16 @@
-//! The upstream thread: one mio loop owning every upstream connection. It writes what
-//! the lanes queued, reads answers, and gives each to its caller's `Responder` with the
-//! upstream's `result` or `error` bytes as they came (the server writes the caller's
-//! own id around them). It also times calls out and reconnects lost upstreams.
+//! The upstream loop: it writes what the lanes queued, reads answers, and gives each to
+//! its caller's `Responder` with the upstream's `result` or `error` bytes as they came
+//! (the server writes the caller's own id around them). It also times calls out and
+//! reconnects lost upstreams.
+//!
+//! It runs in two places. The upstream thread runs one over the proxy's shared lanes
+//! (the `connections` per upstream that every thread may forward to). Each server
+//! reactor the proxy is attached to runs one more over lanes of its own (one
+//! connection per upstream, see [`OnReactor`]): a call its clients send is written
+//! upstream at the end of the reactor's turn and answered when the reactor reads the
+//! upstream's answer, on that one thread, with no hand-off to another.
 
+use std::cell::RefCell;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
@@ -26,6 +34,7 @@ use crate::codec::{Id, LineDecoder};
 use crate::engine::Scratch;
 use crate::error::{Reason, RpcError};
 use crate::metrics::histogram::DURATION_BUCKETS;
+use crate::server::attach::{self, Attach, Attached};
 use crate::transport::io::read_into;
 
 /// The waker's token; upstream connection `i` has token `i`.
@@ -167,7 +176,15 @@ impl std::fmt::Display for Lost {
 /// The loop's state.
 struct Upstreams {
     shared: Arc<Shared>,
-    poll: Poll,
+    /// Where its sockets are registered: the upstream thread's poll, or a reactor's.
+    registry: mio::Registry,
+    /// The lanes it drives (`links[i]` is `lanes[i]`'s connection).
+    lanes: Arc<[Lane]>,
+    /// They are the proxy's shared lanes (the upstream thread's): their indices are
+    /// those subscriptions and hedging know. A reactor's own lanes carry neither.
+    shared_lanes: bool,
+    /// Link `i` has token `base + i`.
+    base: usize,
     links: Vec<Link>,
     scratch: Scratch,
     /// Reused: calls being failed or timed out, slab keys.
@@ -178,7 +195,8 @@ struct Upstreams {
     resent: bool,
     /// When idle connections are next probed (with health checks on).
     next_health: Instant,
-    hedging: Hedging,
+    /// Quantile hedging's measures (the shared lanes only).
+    hedging: Option<Hedging>,
 }
 
 /// Quantile hedging's measure of each group: the delay after which its calls are
@@ -245,53 +263,15 @@ impl Hedging {
     }
 }
 
-/// Runs the upstream thread until the proxy stops.
-pub(crate) fn run(shared: Arc<Shared>, poll: Poll) {
-    let links = shared
-        .lanes
-        .iter()
-        .map(|_| Link {
-            stream: None,
-            state: State::Down(Instant::now()),
-            wbuf: Vec::with_capacity(64 * 1024),
-            written: 0,
-            rbuf: BytesMut::with_capacity(READ_CHUNK),
-            lines: LineDecoder::new(shared.max_answer_bytes),
-            http: None,
-            backoff: FIRST_BACKOFF,
-            answered: 0,
-            stalls: 0,
-            suspect: false,
-            probe: None,
-            checked: 0,
-        })
-        .collect();
-    let next_health = later(Instant::now(), shared.health.unwrap_or_default());
-    let hedging = Hedging::new(&shared);
-    let mut up = Upstreams {
-        shared,
-        poll,
-        links,
-        scratch: Scratch::with_max_depth(MAX_DEPTH),
-        calls: Vec::new(),
-        keys: Vec::new(),
-        last_sweep: Instant::now(),
-        resent: false,
-        next_health,
-        hedging,
-    };
-    for i in 0..up.links.len() {
-        up.connect(i);
-    }
+/// Runs the upstream thread until the proxy stops (`registry`: `poll`'s).
+pub(crate) fn run(shared: Arc<Shared>, mut poll: Poll, registry: mio::Registry) {
+    let lanes = Arc::clone(&shared.lanes);
+    let mut up = Upstreams::new(shared, registry, lanes, true, 0);
     let mut events = Events::with_capacity(1024);
     loop {
         // Idle, the loop still wakes for the health checks.
-        let timeout = if up.needs_ticks() {
-            Some(TICK)
-        } else {
-            up.shared.health
-        };
-        if let Err(e) = up.poll.poll(&mut events, timeout) {
+        let timeout = up.next_wake();
+        if let Err(e) = poll.poll(&mut events, timeout) {
             if e.kind() != io::ErrorKind::Interrupted {
                 tracing::error!("proxy: polling the upstream connections failed: {e}");
                 break;
@@ -305,19 +285,9 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Poll) {
             if event.token() == WAKER {
                 continue;
             }
-            let i = event.token().0;
-            if event.is_writable() || event.is_error() {
-                up.on_writable(i);
-            }
-            if event.is_readable() || event.is_read_closed() {
-                up.on_readable(i, event.is_read_closed() || event.is_error());
-            }
+            up.event(event.token().0, event);
         }
-        let now = Instant::now();
-        if now.duration_since(up.last_sweep) >= TICK {
-            up.last_sweep = now;
-            up.sweep(now);
-        }
+        up.maybe_sweep();
         // Client subscriptions that ended: an upstream one left without any is
         // unsubscribed, written below in this turn.
         up.shared.subs.reap(&up.shared);
@@ -337,8 +307,95 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Poll) {
 }
 
 impl Upstreams {
+    /// A loop over `lanes` (the shared ones: `shared_lanes`), their sockets registered
+    /// in `registry` under tokens from `base`; it starts connecting them.
+    fn new(
+        shared: Arc<Shared>,
+        registry: mio::Registry,
+        lanes: Arc<[Lane]>,
+        shared_lanes: bool,
+        base: usize,
+    ) -> Self {
+        let links = lanes
+            .iter()
+            .map(|_| Link {
+                stream: None,
+                state: State::Down(Instant::now()),
+                wbuf: Vec::with_capacity(64 * 1024),
+                written: 0,
+                rbuf: BytesMut::with_capacity(READ_CHUNK),
+                lines: LineDecoder::new(shared.max_answer_bytes),
+                http: None,
+                backoff: FIRST_BACKOFF,
+                answered: 0,
+                stalls: 0,
+                suspect: false,
+                probe: None,
+                checked: 0,
+            })
+            .collect();
+        let next_health = later(Instant::now(), shared.health.unwrap_or_default());
+        let hedging = shared_lanes.then(|| Hedging::new(&shared));
+        let mut up = Self {
+            shared,
+            registry,
+            lanes,
+            shared_lanes,
+            base,
+            links,
+            scratch: Scratch::with_max_depth(MAX_DEPTH),
+            calls: Vec::new(),
+            keys: Vec::new(),
+            last_sweep: Instant::now(),
+            resent: false,
+            next_health,
+            hedging,
+        };
+        for i in 0..up.links.len() {
+            up.connect(i);
+        }
+        up
+    }
+
+    /// How long the loop may sleep without events: a tick while anything is to be
+    /// timed out or reconnected, else until the next health check.
+    fn next_wake(&self) -> Option<Duration> {
+        if self.needs_ticks() {
+            Some(TICK)
+        } else {
+            self.shared.health
+        }
+    }
+
+    /// Serves an event of link `i`'s socket.
+    fn event(&mut self, i: usize, event: &mio::event::Event) {
+        if i >= self.links.len() {
+            return;
+        }
+        if event.is_writable() || event.is_error() {
+            self.on_writable(i);
+        }
+        if event.is_readable() || event.is_read_closed() {
+            self.on_readable(i, event.is_read_closed() || event.is_error());
+        }
+    }
+
+    /// Sweeps (timeouts, reconnects, health checks) if a tick has passed since the last.
+    fn maybe_sweep(&mut self) {
+        let now = Instant::now();
+        if now.duration_since(self.last_sweep) >= TICK {
+            self.last_sweep = now;
+            self.sweep(now);
+        }
+    }
+
     fn lane(&self, i: usize) -> &Lane {
-        &self.shared.lanes[i]
+        &self.lanes[i]
+    }
+
+    /// Lane `i`'s index among the proxy's shared lanes, if it is one of them.
+    fn shared_index(&self, i: usize) -> Option<usize> {
+        self.shared_lanes.then_some(i)
     }
 
     /// Whether timeouts or reconnects need the loop to wake without events.
@@ -372,9 +429,9 @@ impl Upstreams {
             Ok(s) => s,
             Err(e) => return self.down(i, &Lost::Io(e)),
         };
-        if let Err(e) = self.poll.registry().register(
+        if let Err(e) = self.registry.register(
             stream.source(),
-            Token(i),
+            Token(self.base + i),
             Interest::READABLE | Interest::WRITABLE,
         ) {
             return self.down(i, &Lost::Io(e));
@@ -423,7 +480,7 @@ impl Upstreams {
 
     /// Sends link `i` a health probe, to be answered within `timeout`.
     fn probe(&mut self, i: usize, timeout: Duration) {
-        let lane = &self.shared.lanes[i];
+        let lane = &self.lanes[i];
         let mut q = lane.lock();
         let id = q.next_id();
         q.write(id, PROBE);
@@ -486,7 +543,7 @@ impl Upstreams {
     /// Moves what forwarding threads queued into the links, and writes it.
     fn take_queued(&mut self) {
         for i in 0..self.links.len() {
-            let lane = &self.shared.lanes[i];
+            let lane = &self.lanes[i];
             if !lane.has_out.load(Ordering::Acquire) {
                 continue;
             }
@@ -578,7 +635,7 @@ impl Upstreams {
                 Ok(Some(line)) => line,
                 Ok(None) => return Ok(()),
                 Err(_) => {
-                    let lane = &self.shared.lanes[i];
+                    let lane = &self.lanes[i];
                     if let Some(call) = id.and_then(|id| lane.take(id)) {
                         let why = format!(
                             "Server busy: the upstream's answer is over the proxy's \
@@ -602,13 +659,14 @@ impl Upstreams {
             link.stalls = 0;
             one_line(&mut line);
             let probe = link.probe.map(|(id, _)| id);
-            let lane = &self.shared.lanes[i];
+            let lane = &self.lanes[i];
             let seen = timer(&self.shared, lane.upstream);
+            let shared_index = self.shared_lanes.then_some(i);
             if relay(
                 &mut self.scratch,
                 &line,
                 &self.shared,
-                (i, lane),
+                (shared_index, lane),
                 probe,
                 seen,
             )? {
@@ -635,7 +693,7 @@ impl Upstreams {
             link.stalls = 0;
             one_line(&mut reply.body);
             let probe = link.probe.map(|(id, _)| id);
-            let lane = &self.shared.lanes[i];
+            let lane = &self.lanes[i];
             let Some(sent) = lane.lock().answered() else {
                 return Err(Lost::Garbage("an HTTP response to no request"));
             };
@@ -682,7 +740,7 @@ impl Upstreams {
             tracing::warn!("proxy: {why}");
         }
         if let Some(mut s) = link.stream.take() {
-            let _ = self.poll.registry().deregister(s.source());
+            let _ = self.registry.deregister(s.source());
         }
         link.wbuf.clear();
         link.written = 0;
@@ -690,7 +748,7 @@ impl Upstreams {
             link.state = State::Down(Instant::now());
         } else {
             // Its name may have moved: looked up again before the next attempt.
-            super::resolve::again(&self.shared, self.shared.lanes[i].upstream);
+            super::resolve::again(&self.shared, self.lanes[i].upstream);
             link.state = State::Down(Instant::now() + link.backoff);
             link.backoff = (link.backoff * 2).min(MAX_BACKOFF);
             link.suspect = true;
@@ -710,15 +768,21 @@ impl Upstreams {
         let mut calls = std::mem::take(&mut self.calls);
         if self.lane(i).up.load(Ordering::Acquire) && resend {
             // Reconnecting at once: calls never written wait for the new connection.
-            self.shared.lanes[i].drain_written(&mut self.keys, &mut calls);
+            self.lanes[i].drain_written(&mut self.keys, &mut calls);
         } else {
-            self.shared.lanes[i].drain(&mut calls);
+            self.lanes[i].drain(&mut calls);
         }
         for call in calls.drain(..) {
             let call = if resend {
                 // A lane still up (reconnecting at once) may take its own calls back.
-                let except = (!self.lane(i).up.load(Ordering::Acquire)).then_some(i);
-                match self.shared.resend(call, except) {
+                // (A reactor's own lane is no shared lane: any of those may take it.)
+                let except = (!self.lane(i).up.load(Ordering::Acquire))
+                    .then_some(i)
+                    .and_then(|i| self.shared_index(i));
+                // A reactor's own connection that went down: its upstream is avoided.
+                let down = (!self.shared_lanes && !self.lane(i).up.load(Ordering::Acquire))
+                    .then(|| self.lane(i).upstream);
+                match self.shared.resend(call, except, down) {
                     None => {
                         self.resent = true;
                         continue;
@@ -733,14 +797,19 @@ impl Upstreams {
         }
         self.calls = calls;
         // The subscriptions this connection carried are gone with it.
-        self.shared.subs.lost(i, why);
+        if let Some(i) = self.shared_index(i) {
+            self.shared.subs.lost(i, why);
+        }
     }
 
     /// Sends copies of idempotent calls waiting longer than `after` to other upstreams,
     /// within the budget of `fraction` of the idempotent calls forwarded.
     fn hedge(&mut self, now: Instant, after: HedgeAfter, fraction: f64) {
+        let Some(hedging) = self.hedging.as_mut() else {
+            return;
+        };
         if let HedgeAfter::Quantile(q) = after {
-            self.hedging.measure(&self.shared, now, q);
+            hedging.measure(&self.shared, now, q);
         }
         let forwarded = self.shared.forwarded.load(Ordering::Relaxed) as f64;
         let hedged = self.shared.hedged.load(Ordering::Relaxed) as f64;
@@ -749,13 +818,16 @@ impl Upstreams {
             if budget == 0 {
                 return;
             }
-            let lane = &self.shared.lanes[i];
+            let lane = &self.lanes[i];
             if lane.outstanding.load(Ordering::Relaxed) == 0 {
                 continue;
             }
             let delay = match after {
                 HedgeAfter::Fixed(d) => Some(d),
-                HedgeAfter::Quantile(_) => self.hedging.delays[self.hedging.lane_group[i]],
+                HedgeAfter::Quantile(_) => self
+                    .hedging
+                    .as_ref()
+                    .and_then(|h| h.delays[h.lane_group[i]]),
             };
             let Some(cutoff) = delay.and_then(|d| now.checked_sub(d)) else {
                 continue;
@@ -772,9 +844,13 @@ impl Upstreams {
 
     /// Times out calls past their deadline, and reconnects links whose backoff is over.
     fn sweep(&mut self, now: Instant) {
-        self.shared.subs.sweep(now);
-        if let Some((after, fraction)) = self.shared.hedge {
-            self.hedge(now, after, fraction);
+        if self.shared_lanes {
+            // The proxy's own work, done once (on the upstream thread): a reactor's
+            // lanes carry no subscriptions, and no calls that may be hedged.
+            self.shared.subs.sweep(now);
+            if let Some((after, fraction)) = self.shared.hedge {
+                self.hedge(now, after, fraction);
+            }
         }
         if let Some(every) = self.shared.health {
             if now >= self.next_health {
@@ -783,7 +859,7 @@ impl Upstreams {
             }
         }
         for i in 0..self.links.len() {
-            let lane = &self.shared.lanes[i];
+            let lane = &self.lanes[i];
             if lane.outstanding.load(Ordering::Relaxed) > 0 {
                 lane.expired(now, &mut self.keys, &mut self.calls);
                 // Only the proxy's own timeout says the upstream stalls: a caller's
@@ -824,6 +900,170 @@ impl Upstreams {
     }
 }
 
+/// A reactor's own lanes for one proxy: the address of the proxy's `Shared`, the lanes
+/// (one per upstream), and a xorshift state that picks where a search for the least
+/// loaded lane starts (equally loaded lanes are chosen at random: a counter would fall
+/// in step with a client's pattern of calls, say sending every other method to the
+/// same upstream).
+struct Own {
+    shared: usize,
+    lanes: Arc<[Lane]>,
+    seed: u64,
+}
+
+thread_local! {
+    /// The lanes of the reactor running on this thread, per proxy attached to it:
+    /// where its calls go.
+    static OWN: RefCell<Vec<Own>> = const { RefCell::new(Vec::new()) };
+}
+
+/// On a reactor thread with lanes of its own for `shared`: the lane (one per upstream)
+/// of `upstreams` that is up and has the fewest calls outstanding.
+pub(crate) fn own_lane(shared: &Shared, upstreams: &[usize]) -> Option<(Arc<[Lane]>, usize)> {
+    if !shared.reactor_lanes {
+        return None;
+    }
+    let me = std::ptr::from_ref(shared) as usize;
+    OWN.with(|own| {
+        let mut own = own.borrow_mut();
+        let Own { lanes, seed, .. } = own.iter_mut().find(|o| o.shared == me)?;
+        let n = upstreams.len();
+        // xorshift64 (state never 0).
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        let start = *seed as usize;
+        let mut best = None;
+        let mut least = usize::MAX;
+        for k in 0..n {
+            let u = upstreams[start.wrapping_add(k) % n];
+            let lane = lanes.get(u)?;
+            if !lane.up.load(Ordering::Acquire) {
+                continue;
+            }
+            let outstanding = lane.outstanding.load(Ordering::Relaxed);
+            if outstanding < least {
+                (best, least) = (Some(u), outstanding);
+            }
+        }
+        best.map(|u| (Arc::clone(lanes), u))
+    })
+}
+
+/// The proxy's part in every server reactor (see the module docs): a connection of
+/// the reactor's own to each upstream.
+pub(crate) struct Attachment {
+    shared: Arc<Shared>,
+}
+
+impl Attachment {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+}
+
+impl Attach for Attachment {
+    fn attach(&self, registry: &mio::Registry, base: usize) -> Option<Box<dyn Attached>> {
+        let shared = &self.shared;
+        if shared.upstreams.len() > attach::SPAN || shared.stop.load(Ordering::Acquire) {
+            return None;
+        }
+        let registry = match registry.try_clone() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!("proxy: a reactor's own upstream connections: {e}");
+                return None;
+            }
+        };
+        let lanes: Arc<[Lane]> = shared
+            .upstreams
+            .iter()
+            .enumerate()
+            .map(|(u, up)| Lane::new(u, up.http_head.clone(), up.batch_max))
+            .collect();
+        let me = Arc::as_ptr(shared) as usize;
+        OWN.with(|own| {
+            own.borrow_mut().push(Own {
+                shared: me,
+                lanes: Arc::clone(&lanes),
+                seed: me as u64 | 1,
+            })
+        });
+        let up = Upstreams::new(Arc::clone(shared), registry, lanes, false, base);
+        Some(Box::new(OnReactor { up, stopped: false }))
+    }
+}
+
+/// A reactor's own upstream connections, driven by its loop: calls its clients
+/// forward are queued on its lanes during the turn, written at the turn's end (one
+/// write per connection per turn, as the upstream thread gathers them), and answered
+/// when the reactor reads the upstream's answers — into the reactor's completion
+/// queue, drained in the same turn without a wake-up.
+struct OnReactor {
+    up: Upstreams,
+    /// The proxy was dropped: its calls here were answered and no more come.
+    stopped: bool,
+}
+
+impl OnReactor {
+    /// Answers every call waiting here `upstream_unavailable`, closes the connections
+    /// and takes the lanes out (new calls go to the shared lanes).
+    fn stop(&mut self, why: &str) {
+        if std::mem::replace(&mut self.stopped, true) {
+            return;
+        }
+        for i in 0..self.up.links.len() {
+            self.up.lane(i).up.store(false, Ordering::Release);
+            if let Some(mut s) = self.up.links[i].stream.take() {
+                let _ = self.up.registry.deregister(s.source());
+            }
+            self.up.links[i].state = State::Down(later(Instant::now(), MAX_BACKOFF));
+            self.up.fail(i, why, false);
+        }
+    }
+}
+
+impl Attached for OnReactor {
+    fn event(&mut self, token: usize, event: &mio::event::Event) {
+        if !self.stopped {
+            self.up.event(token, event);
+        }
+    }
+
+    fn turn_end(&mut self) {
+        if self.stopped {
+            return;
+        }
+        if self.up.shared.stop.load(Ordering::Acquire) {
+            return self.stop("the proxy is stopping");
+        }
+        self.up.maybe_sweep();
+        self.up.take_queued();
+        // Calls resent from a lost connection went to the shared lanes.
+        if std::mem::take(&mut self.up.resent) {
+            self.up.shared.wake();
+        }
+    }
+
+    fn next_wake(&self) -> Option<Duration> {
+        if self.stopped {
+            return None;
+        }
+        self.up.next_wake()
+    }
+}
+
+impl Drop for OnReactor {
+    fn drop(&mut self) {
+        self.stop("the server is stopping");
+        let lanes = &self.up.lanes;
+        // The thread may be gone already (its locals torn down): nothing to remove then.
+        let _ = OWN.try_with(|own| {
+            own.borrow_mut().retain(|o| !Arc::ptr_eq(&o.lanes, lanes));
+        });
+    }
+}
+
 /// Gives one answer line to the call it answers. An answer for no waiting call (late,
 /// after a timeout) is dropped; an answer that is not a JSON-RPC response is garbage.
 /// `Ok(true)`: it answered the health probe `probe`.
@@ -831,7 +1071,7 @@ fn relay(
     scratch: &mut Scratch,
     line: &[u8],
     shared: &Shared,
-    lane: (usize, &Lane),
+    lane: (Option<usize>, &Lane),
     probe: Option<u64>,
     seen: impl Fn(&Call),
 ) -> Result<bool, Lost> {
@@ -850,10 +1090,11 @@ fn relay(
 }
 
 /// Gives the answer `nodes` (the whole line, or an element of a batch answer) to the
-/// call it answers (see [`relay`]).
+/// call it answers (see [`relay`]). `i`: the lane's index among the shared lanes
+/// (`None`: a reactor's own lane, which carries no subscriptions).
 fn relay_one(
     shared: &Shared,
-    (i, lane): (usize, &Lane),
+    (i, lane): (Option<usize>, &Lane),
     raw: RawCtx<'_>,
     nodes: &[Node<'_>],
     probe: Option<u64>,
@@ -864,10 +1105,11 @@ fn relay_one(
             // An upstream's server push: a forwarded subscription's notification, or
             // (with none forwarded) one with nowhere to go — no fault of the
             // connection's either way.
-            if shared.subs.kinds.is_empty() {
-                tracing::debug!("proxy: an upstream sent a notification; dropped");
-            } else {
-                shared.subs.notify(shared, i, raw, nodes);
+            match i {
+                Some(i) if !shared.subs.kinds.is_empty() => {
+                    shared.subs.notify(shared, i, raw, nodes);
+                }
+                _ => tracing::debug!("proxy: an upstream sent a notification; dropped"),
             }
             return Ok(false);
         }
@@ -883,10 +1125,12 @@ fn relay_one(
     let Some(call) = lane.take(id) else {
         // Late (timed out), or an unsubscribe's answer; a timed-out subscribe that
         // succeeded after all is unsubscribed.
-        shared.subs.late(shared, i, id, || match response.body {
-            Body::Result(value) => raw.value_text(value),
-            Body::Error { .. } => None,
-        });
+        if let Some(i) = i {
+            shared.subs.late(shared, i, id, || match response.body {
+                Body::Result(value) => raw.value_text(value),
+                Body::Error { .. } => None,
+            });
+        }
         return Ok(false);
     };
     seen(&call);

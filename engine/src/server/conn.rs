@@ -127,6 +127,11 @@ pub(crate) struct Conn {
     /// An event reported the peer's close (or an error): reads go on to the end of
     /// stream, instead of stopping at a short read.
     pub(crate) hup: bool,
+    /// Bytes may wait in the socket: set by a readiness event, cleared by a read that
+    /// emptied it (a new edge comes for later bytes). A connection whose answer was
+    /// given later is driven again then, and would otherwise try a read that finds
+    /// nothing: a read(2) per deferred answer (every proxied call at depth 1).
+    pub(crate) unread: bool,
     /// Closing gracefully: our side is shut down and unread input is discarded until
     /// the peer closes or this passes (see [`Conn::finished`]).
     pub(crate) linger_until: Option<Instant>,
@@ -178,6 +183,7 @@ impl Conn {
             broken: false,
             peer_eof: false,
             hup: false,
+            unread: true,
             linger_until: None,
             held: false,
             subs: RefCell::new(Vec::new()),

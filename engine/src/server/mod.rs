@@ -18,6 +18,7 @@
 //! elements, go to the worker pool (`ServerConfig::workers`), under `Config::request_timeout`.
 //! See docs/ARCHITECTURE.md.
 
+pub(crate) mod attach;
 mod conn;
 mod pending;
 mod pool;

@@ -664,6 +664,14 @@ impl Pending {
         }
     }
 
+    /// Sets the wake-up flag: completions from now on do not wake the reactor, until
+    /// [`Pending::rearm`]. For the reactor's own thread, which drains the completions
+    /// later in the same turn (rearming first, so none given meanwhile by another
+    /// thread is missed).
+    pub(crate) fn hold_wakes(&self) {
+        self.fixed.reply_to.woken.store(true, Ordering::SeqCst);
+    }
+
     /// Clears the wake-up flag: completions from now on wake the reactor again. Call
     /// before draining the completions.
     pub(crate) fn rearm(&self) {

@@ -10,6 +10,7 @@ use bytes::BytesMut;
 use mio::{Events, Interest, Token};
 use slab::Slab;
 
+use super::attach::{self, Attached};
 use super::conn::{Conn, Decoder, OpenGuard, Stream};
 use super::pending::{Completed, Pending, Slot};
 use super::pool::Pool;
@@ -28,6 +29,8 @@ use crate::transport::websocket::{self, WsDecoder, WsEvent};
 pub(super) const WAKER: Token = Token(0);
 const SIGNALS: Token = Token(1);
 const LISTENER0: usize = 2;
+/// Attachments' tokens (see `attach`): `SPAN` each from here, below `CONN0`.
+const ATTACHED0: usize = 1 << 15;
 const CONN0: usize = 1 << 16;
 
 /// How long accepting pauses after running out of file descriptors.
@@ -236,6 +239,17 @@ fn serve(parts: Parts) -> io::Result<()> {
         spare: Vec::new(),
         open,
     };
+    // What the registry runs in this loop (a proxy's own upstream connections).
+    let mut attached: Vec<Box<dyn Attached>> = Vec::new();
+    for a in ctx.engine.registry().attachments() {
+        let base = ATTACHED0 + attached.len() * attach::SPAN;
+        if base + attach::SPAN > CONN0 {
+            break;
+        }
+        if let Some(x) = a.attach(poll.registry(), base) {
+            attached.push(x);
+        }
+    }
     let mut conns: Slab<Conn> = Slab::new();
     let mut events = Events::with_capacity(1024);
     let mut generation = 0u64;
@@ -249,6 +263,10 @@ fn serve(parts: Parts) -> io::Result<()> {
     loop {
         let timeout = if again.is_empty() {
             let t = next_timeout(&ctx, stopping.is_some());
+            let t = attached
+                .iter()
+                .filter_map(|a| a.next_wake())
+                .fold(t, Duration::min);
             accept_paused.map_or(t, |at| t.min(at.saturating_duration_since(Instant::now())))
         } else {
             Duration::ZERO
@@ -258,10 +276,21 @@ fn serve(parts: Parts) -> io::Result<()> {
                 return Err(e);
             }
         }
+        if !attached.is_empty() {
+            // Answers this thread gives in this turn (an attachment's, read from its
+            // upstream) are drained by `completions` below: no wake-up for them.
+            ctx.pending.hold_wakes();
+        }
         ctx.http.refresh(std::time::SystemTime::now());
         for ev in events.iter() {
             match ev.token() {
                 WAKER => {}
+                Token(t) if (ATTACHED0..CONN0).contains(&t) => {
+                    let n = (t - ATTACHED0) / attach::SPAN;
+                    if let Some(a) = attached.get_mut(n) {
+                        a.event(t - ATTACHED0 - n * attach::SPAN, ev);
+                    }
+                }
                 SIGNALS => {
                     if let Some(s) = signals.as_mut() {
                         let mut b = [0u8; 64];
@@ -274,6 +303,9 @@ fn serve(parts: Parts) -> io::Result<()> {
                     if let Some(conn) = conns.get_mut(key) {
                         if ev.is_read_closed() || ev.is_error() {
                             conn.hup = true;
+                        }
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            conn.unread = true;
                         }
                         if drive(&mut ctx, conn, key) {
                             again_next.push((key, conn.generation));
@@ -373,6 +405,10 @@ fn serve(parts: Parts) -> io::Result<()> {
                     close(&ctx, &poll, &mut conns, k);
                 }
             }
+        }
+        // What this turn's calls queued for attachments goes out, once per turn.
+        for a in &mut attached {
+            a.turn_end();
         }
         if stop.load(Ordering::SeqCst) && stopping.is_none() {
             // Stop accepting; read nothing new; answer what was received.
@@ -801,7 +837,7 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
     // Whether the socket was read dry (or closed): only then will a new readiness edge
     // come by itself.
     let mut dry = false;
-    while conn.may_read(high_water) && reads < READ_BUDGET {
+    while conn.unread && conn.may_read(high_water) && reads < READ_BUDGET {
         if conn.rbuf.capacity() == 0 {
             conn.rbuf = ctx
                 .spare
@@ -837,11 +873,13 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
                 // the peer closed: its end of stream must still be read.
                 if n < READ_CHUNK && !conn.hup {
                     dry = true;
+                    conn.unread = false;
                     break;
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 dry = true;
+                conn.unread = false;
                 break;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -867,7 +905,7 @@ fn drive(ctx: &mut Ctx, conn: &mut Conn, key: usize) -> bool {
     // budget ran out), or held requests that may now be answered: revisit it, since no
     // new edge may come. If the output is still over the mark, the flush hit a full
     // socket and the writable edge will come.
-    (!dry && conn.may_read(high_water)) || (conn.held && conn.may_answer(high_water))
+    (!dry && conn.unread && conn.may_read(high_water)) || (conn.held && conn.may_answer(high_water))
 }
 
 /// Answers the complete requests in the read buffer. With `high_water`, stops while the
