@@ -445,6 +445,7 @@ impl RegistryBuilder {
     }
 
     /// Has every server reactor run `a` in its loop (see [`crate::server::attach`]).
+    #[cfg(feature = "proxy")]
     pub(crate) fn attach(&mut self, a: Arc<dyn Attach>) -> &mut Self {
         self.attachments.push(a);
         self
