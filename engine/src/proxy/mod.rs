@@ -210,6 +210,33 @@ pub(crate) struct Shared {
     pub(crate) stop: AtomicBool,
 }
 
+/// Of `candidates` (searched in turn from `start`, so equally loaded lanes take turns;
+/// `lane` gives a candidate's lane, or `None` to pass it over), the one whose lane is up
+/// with the fewest calls outstanding.
+fn least_loaded<'a>(
+    candidates: &[usize],
+    start: usize,
+    lane: impl Fn(usize) -> Option<&'a Lane>,
+) -> Option<usize> {
+    let n = candidates.len();
+    let mut best = None;
+    let mut least = usize::MAX;
+    for k in 0..n {
+        let c = candidates[start.wrapping_add(k) % n];
+        let Some(lane) = lane(c) else {
+            continue;
+        };
+        if !lane.up.load(Ordering::Acquire) {
+            continue;
+        }
+        let outstanding = lane.outstanding.load(Ordering::Relaxed);
+        if outstanding < least {
+            (best, least) = (Some(c), outstanding);
+        }
+    }
+    best
+}
+
 impl Shared {
     /// The up lane of `group` (other than `except`) with the fewest calls outstanding.
     fn pick(&self, group: &Group, except: Option<usize>) -> Option<usize> {
@@ -218,22 +245,11 @@ impl Shared {
 
     /// The up lane of `group` that `allowed` (given its index) allows with the fewest calls outstanding.
     fn pick_where(&self, group: &Group, allowed: impl Fn(usize, &Lane) -> bool) -> Option<usize> {
-        let n = group.lanes.len();
         let start = group.next.fetch_add(1, Ordering::Relaxed);
-        let mut best = None;
-        let mut least = usize::MAX;
-        for k in 0..n {
-            let i = group.lanes[(start + k) % n];
+        least_loaded(&group.lanes, start, |i| {
             let lane = &self.lanes[i];
-            if !lane.up.load(Ordering::Acquire) || !allowed(i, lane) {
-                continue;
-            }
-            let outstanding = lane.outstanding.load(Ordering::Relaxed);
-            if outstanding < least {
-                (best, least) = (Some(i), outstanding);
-            }
-        }
-        best
+            allowed(i, lane).then_some(lane)
+        })
     }
 
     /// Forwards one call (see [`Proxy::forward`]).

@@ -661,7 +661,7 @@ impl Upstreams {
             let probe = link.probe.map(|(id, _)| id);
             let lane = &self.lanes[i];
             let seen = timer(&self.shared, lane.upstream);
-            let shared_index = self.shared_lanes.then_some(i);
+            let shared_index = self.shared_index(i);
             if relay(
                 &mut self.scratch,
                 &line,
@@ -776,12 +776,10 @@ impl Upstreams {
             let call = if resend {
                 // A lane still up (reconnecting at once) may take its own calls back.
                 // (A reactor's own lane is no shared lane: any of those may take it.)
-                let except = (!self.lane(i).up.load(Ordering::Acquire))
-                    .then_some(i)
-                    .and_then(|i| self.shared_index(i));
+                let lost = !self.lane(i).up.load(Ordering::Acquire);
+                let except = lost.then_some(i).and_then(|i| self.shared_index(i));
                 // A reactor's own connection that went down: its upstream is avoided.
-                let down = (!self.shared_lanes && !self.lane(i).up.load(Ordering::Acquire))
-                    .then(|| self.lane(i).upstream);
+                let down = (lost && !self.shared_lanes).then(|| self.lane(i).upstream);
                 match self.shared.resend(call, except, down) {
                     None => {
                         self.resent = true;
@@ -927,26 +925,13 @@ pub(crate) fn own_lane(shared: &Shared, upstreams: &[usize]) -> Option<(Arc<[Lan
     OWN.with(|own| {
         let mut own = own.borrow_mut();
         let Own { lanes, seed, .. } = own.iter_mut().find(|o| o.shared == me)?;
-        let n = upstreams.len();
         // xorshift64 (state never 0).
         *seed ^= *seed << 13;
         *seed ^= *seed >> 7;
         *seed ^= *seed << 17;
-        let start = *seed as usize;
-        let mut best = None;
-        let mut least = usize::MAX;
-        for k in 0..n {
-            let u = upstreams[start.wrapping_add(k) % n];
-            let lane = lanes.get(u)?;
-            if !lane.up.load(Ordering::Acquire) {
-                continue;
-            }
-            let outstanding = lane.outstanding.load(Ordering::Relaxed);
-            if outstanding < least {
-                (best, least) = (Some(u), outstanding);
-            }
-        }
-        best.map(|u| (Arc::clone(lanes), u))
+        let lanes: &Arc<[Lane]> = lanes;
+        super::least_loaded(upstreams, *seed as usize, |u| lanes.get(u))
+            .map(|u| (Arc::clone(lanes), u))
     })
 }
 
