@@ -50,6 +50,16 @@ fn failed(stdout: &str) -> Vec<String> {
         .collect()
 }
 
+/// Runs `conform` against `url` (`how`: how it is reached, for messages): nothing may
+/// fail or be skipped, more than 400 cases pass, exit 0.
+fn passes_every_case(url: &str, how: &str) {
+    let (code, out) = conform(&[url]);
+    let (passed, failed, skipped) = summary(&out);
+    assert_eq!((failed, skipped), (0, 0), "{url}{how}:\n{out}");
+    assert!(passed > 400, "{url}{how}: only {passed} passed\n{out}");
+    assert_eq!(code, Some(0), "{url}{how}");
+}
+
 #[test]
 fn ringrpc_passes_every_case() {
     let mut server = Server::new(demo::engine(Config::default())).unwrap();
@@ -66,11 +76,7 @@ fn ringrpc_passes_every_case() {
         format!("unix://{}", sock.display()),
         format!("ws://{http}/"),
     ] {
-        let (code, out) = conform(&[&url]);
-        let (passed, failed, skipped) = summary(&out);
-        assert_eq!((failed, skipped), (0, 0), "{url}:\n{out}");
-        assert!(passed > 400, "{url}: only {passed} passed\n{out}");
-        assert_eq!(code, Some(0), "{url}");
+        passes_every_case(&url, "");
     }
     stop.shutdown();
     thread.join().unwrap().unwrap();
@@ -96,11 +102,7 @@ fn the_proxy_in_front_of_ringrpc_passes_every_case() {
         let stop = front.handle();
         let thread = std::thread::spawn(move || front.run());
         for url in [format!("tcp://{tcp}"), format!("http://{http}/")] {
-            let (code, out) = conform(&[&url]);
-            let (passed, failed, skipped) = summary(&out);
-            assert_eq!((failed, skipped), (0, 0), "{url} via {up}:\n{out}");
-            assert!(passed > 400, "{url} via {up}: only {passed} passed\n{out}");
-            assert_eq!(code, Some(0), "{url} via {up}");
+            passes_every_case(&url, &format!(" via {up}"));
         }
         stop.shutdown();
         thread.join().unwrap().unwrap();
