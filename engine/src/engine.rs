@@ -83,9 +83,7 @@ impl Scratch {
         f: impl FnOnce(Result<RawCtx<'_>, simd_json::Error>) -> R,
     ) -> R {
         let len = frame.len();
-        self.input.clear();
-        self.input.extend_from_slice(frame);
-        self.input.resize(len + INPUT_PADDING, b' ');
+        copy_padded(&mut self.input, frame);
         let mut tape: Tape<'_> = std::mem::replace(&mut self.tape, Tape(Vec::new())).reset();
         let r =
             match simd_json::fill_tape_padded(&mut self.input, len, &mut self.buffers, &mut tape) {
@@ -191,6 +189,12 @@ impl Engine {
     #[inline]
     pub(crate) fn sample_trace(&self) -> Option<Trace> {
         self.sampler.sample()
+    }
+
+    /// Whether frames that came without a trace may get one ([`Engine::sample_trace`]).
+    #[inline]
+    pub(crate) fn samples_traces(&self) -> bool {
+        self.sampler.is_on()
     }
 
     /// The engine's metrics, to serve on an endpoint of the host's own
@@ -422,9 +426,7 @@ impl Engine {
             defer.outcome(self.unknown(), Some(crate::error::INVALID_REQUEST));
             return Split::Done(self.write_frame_error(FrameError::TooLarge { limit }, out));
         }
-        scratch.input.clear();
-        scratch.input.extend_from_slice(frame);
-        scratch.input.resize(len + INPUT_PADDING, b' ');
+        copy_padded(&mut scratch.input, frame);
         let mut tape: Tape<'_> = std::mem::replace(&mut scratch.tape, Tape(Vec::new())).reset();
         let parsed =
             simd_json::fill_tape_padded(&mut scratch.input, len, &mut scratch.buffers, &mut tape);
@@ -1132,6 +1134,17 @@ impl Engine {
     ) -> Split {
         self.parse_and(frame, source, scratch, out, defer, Tally::Direct(local))
     }
+}
+
+/// `frame`, then simd-json's padding (spaces), in `buf`: the padding as one fixed-size
+/// copy (`Vec::resize` calls `memset` for it).
+#[inline]
+fn copy_padded(buf: &mut Vec<u8>, frame: &[u8]) {
+    const PAD: [u8; INPUT_PADDING] = [b' '; INPUT_PADDING];
+    buf.clear();
+    buf.reserve(frame.len() + INPUT_PADDING);
+    buf.extend_from_slice(frame);
+    buf.extend_from_slice(&PAD);
 }
 
 /// The span of a sampled call.

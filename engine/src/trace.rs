@@ -252,6 +252,12 @@ impl Sampler {
         }
     }
 
+    /// Whether any frame may be sampled.
+    #[inline]
+    pub(crate) fn is_on(&self) -> bool {
+        self.threshold != 0
+    }
+
     /// A new sampled trace, for this call's share of the rate.
     #[inline]
     pub(crate) fn sample(&self) -> Option<Trace> {

@@ -937,7 +937,7 @@ fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<
         }
         match &mut conn.decoder {
             Decoder::Line(d) => match d.decode(&mut conn.rbuf) {
-                Ok(Some(frame)) => answer(ctx, conn, key, &frame, None, None),
+                Ok(Some(frame)) => answer_line(ctx, conn, key, &frame),
                 Ok(None) => return,
                 Err(e) => {
                     let mark = conn.out.len();
@@ -1119,6 +1119,43 @@ fn queue_behind(conn: &mut Conn, mark: usize) {
     conn.slots.push_back(Slot::ready(id, buf));
 }
 
+/// [`answer`] for a line of a TCP or Unix connection, the common case kept short:
+/// no HTTP head, no WebSocket frame, no credentials per request. A frame that is to be
+/// traced, or has calls answered later, takes the general path.
+#[inline]
+fn answer_line(ctx: &mut Ctx, conn: &mut Conn, key: usize, frame: &[u8]) {
+    if ctx.engine.samples_traces() {
+        return answer(ctx, conn, key, frame, None, None);
+    }
+    let mark = conn.out.len();
+    let source = Source::new(&conn.info)
+        .with_push(PushTo {
+            queue: &ctx.push,
+            conn: (key, conn.generation),
+            subs: &conn.subs,
+        })
+        .with_session(&conn.session);
+    let slot_id = conn.next_slot;
+    let mut sink = ctx
+        .pending
+        .sink(key, conn.generation, slot_id, conn.info.transport());
+    let local = sink.counted_in();
+    let split = ctx.engine.handle_split_counted(
+        frame,
+        &source,
+        &mut ctx.scratch,
+        &mut conn.out,
+        &mut sink,
+        local,
+    );
+    match split {
+        Split::Done(Outcome::Reply) => conn.out.push(b'\n'),
+        Split::Done(Outcome::Nothing) => conn.out.truncate(mark),
+        later => return open_slot(ctx, conn, key, frame, later, (mark, mark), None, None),
+    }
+    queue_if_behind(conn, mark);
+}
+
 /// Answers one frame (a line, or an HTTP body, with its head). Cheap calls are
 /// answered here, straight into the connection's output; calls answered later (pool,
 /// responders) leave a slot with [`Pending`].
@@ -1218,15 +1255,35 @@ fn answer(
         return;
     }
     // Answers to come: the JSON so far moves into a slot that waits for them.
+    open_slot(ctx, conn, key, frame, split, (mark, body_at), head, trace);
+}
+
+/// The rest of [`answer`] for a frame with calls answered later: the JSON written so far
+/// (from `body_at`) moves into a slot that waits for them; an HTTP head reserved at
+/// `head` is taken back (the slot writes its own).
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn open_slot(
+    ctx: &mut Ctx,
+    conn: &mut Conn,
+    key: usize,
+    frame: &[u8],
+    split: Split,
+    (mark, body_at): (usize, usize),
+    head: Option<(http::JsonResponse, Reply)>,
+    trace: Option<Trace>,
+) {
     let mut json = ctx.pending.spare_buf();
     json.extend_from_slice(&conn.out[body_at..]);
     conn.out.truncate(body_at);
-    if let Some((h, _)) = head {
+    let reply = head.map(|(h, reply)| {
         http::cancel_json_response(&mut conn.out, h);
-    }
+        reply
+    });
     conn.out.truncate(mark);
+    let slot_id = conn.next_slot;
     conn.next_slot += 1;
-    let reply = http.map(|(reply, _, _)| reply);
     let slot = ctx.pending.open(
         &conn.info,
         key,
