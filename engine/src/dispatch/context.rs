@@ -262,6 +262,12 @@ impl<'a> Source<'a> {
         }
     }
 
+    /// [`Source::with_trace`] when there is a trace (one copy of the source, not two).
+    #[inline]
+    pub(crate) fn with_trace_if(self, trace: Option<&'a Trace>) -> Self {
+        Self { trace, ..self }
+    }
+
     /// The same source, with the `RPC-Timeout-Ms` budget the transport read while
     /// parsing the head (so the engine need not look for it again).
     pub(crate) fn with_header_budget(self, budget: Option<u32>) -> Self {

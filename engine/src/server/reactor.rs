@@ -1159,6 +1159,7 @@ fn answer_line(ctx: &mut Ctx, conn: &mut Conn, key: usize, frame: &[u8]) {
 /// Answers one frame (a line, or an HTTP body, with its head). Cheap calls are
 /// answered here, straight into the connection's output; calls answered later (pool,
 /// responders) leave a slot with [`Pending`].
+#[inline(always)]
 fn answer(
     ctx: &mut Ctx,
     conn: &mut Conn,
@@ -1191,8 +1192,8 @@ fn answer(
         (mark, reply)
     });
     // WebSocket: room for the frame's header, likewise.
-    let ws =
-        matches!(conn.decoder, Decoder::Ws(_)).then(|| websocket::begin_message(&mut conn.out));
+    let ws = (http.is_none() && matches!(conn.decoder, Decoder::Ws(_)))
+        .then(|| websocket::begin_message(&mut conn.out));
     let body_at = conn.out.len();
     let source = match http {
         Some((_, request_head, budget)) => {
@@ -1206,11 +1207,8 @@ fn answer(
             subs: &conn.subs,
         }),
     }
-    .with_session(&conn.session);
-    let source = match &trace {
-        Some(t) => source.with_trace(t),
-        None => source,
-    };
+    .with_session(&conn.session)
+    .with_trace_if(trace.as_ref());
     let slot_id = conn.next_slot;
     let mut sink = ctx
         .pending
