@@ -16,7 +16,7 @@
 //! order, so all but the new key's index line are fetched ahead (see
 //! [`Shard::prefetch_next`]).
 
-use std::hash::{BuildHasher, Hasher};
+use std::hash::BuildHasher;
 
 use foldhash::fast::RandomState;
 use std::sync::{Mutex, MutexGuard};
@@ -350,9 +350,9 @@ pub(crate) struct MemoryStore {
     ttl_ns: u64,
     /// [`coarse_now_ns`] at creation.
     epoch: u64,
-    /// A randomly seeded hasher (foldhash, hashbrown's): a caller cannot aim a key at
-    /// another caller's without knowing the seed.
-    seed: RandomState,
+    /// The hash's random seeds: a caller cannot aim a key at another caller's without
+    /// knowing them.
+    seeds: Seeds,
 }
 
 impl MemoryStore {
@@ -363,7 +363,7 @@ impl MemoryStore {
             max_bytes: (max_bytes / SHARDS).max(ENTRY_OVERHEAD * 4),
             ttl_ns: u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX),
             epoch: coarse_now_ns(),
-            seed: RandomState::default(),
+            seeds: Seeds::random(),
         }
     }
 
@@ -669,11 +669,124 @@ fn key_bits(d: &Digest) -> u64 {
     u64::from_le_bytes(b)
 }
 
-impl MemoryStore {
-    fn finish_digest(h: &impl Hasher) -> Digest {
+/// `x × y` as 128 bits, its halves folded together (foldhash's and the rate limiter's
+/// mixing step).
+#[inline(always)]
+fn fold(x: u64, y: u64) -> u64 {
+    let p = u128::from(x) * u128::from(y);
+    (p as u64) ^ (p >> 64) as u64
+}
+
+/// The store's seeded hash: a word at a time through one folded multiply by a secret odd
+/// multiplier, from a secret start, as foldhash's own hasher does, without its 128-bit
+/// sponge and per-write bookkeeping (every input here is whole words, or bytes behind
+/// their length). A caller that cannot see the seeds cannot aim keys at another's.
+#[derive(Clone, Copy)]
+struct Seeds {
+    /// The start.
+    start: u64,
+    /// The multiplier of each word (odd).
+    mul: u64,
+    /// The multiplier of the final round (odd).
+    last: u64,
+}
+
+impl Seeds {
+    fn random() -> Self {
+        // foldhash's per-process random seed, hashed: three secret words.
+        let r = RandomState::default();
+        Self {
+            start: r.hash_one(1u64),
+            mul: r.hash_one(2u64) | 1,
+            last: r.hash_one(3u64) | 1,
+        }
+    }
+
+    #[inline(always)]
+    fn hasher(&self) -> Mix {
+        Mix {
+            acc: self.start,
+            mul: self.mul,
+            last: self.last,
+        }
+    }
+}
+
+/// A running [`Seeds`] hash.
+struct Mix {
+    acc: u64,
+    mul: u64,
+    last: u64,
+}
+
+impl Mix {
+    #[inline(always)]
+    fn word(&mut self, w: u64) {
+        self.acc = fold(self.acc ^ w, self.mul);
+    }
+
+    /// `bytes`, 8 at a time, the last 1-7 as one word: the caller writes the length
+    /// first, and for a given length the word says which bytes they were (for 4-7
+    /// bytes, the first four and the last four, which overlap; for 1-3, the first, the
+    /// middle and the last). No copy of a variable length (a call of `memcpy`).
+    #[inline(always)]
+    fn bytes(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            if let Ok(w) = <[u8; 8]>::try_from(w) {
+                self.word(u64::from_le_bytes(w));
+            }
+        }
+        let rest = words.remainder();
+        let n = rest.len();
+        let four = |at: usize| {
+            rest.get(at..at + 4)
+                .and_then(|b| <[u8; 4]>::try_from(b).ok())
+                .map_or(0, |b| u64::from(u32::from_le_bytes(b)))
+        };
+        let byte = |at: usize| rest.get(at).map_or(0, |&b| u64::from(b));
+        if n >= 4 {
+            self.word(four(0) | four(n - 4) << 32);
+        } else if n > 0 {
+            self.word(byte(0) | byte(n / 2) << 8 | byte(n - 1) << 16);
+        }
+    }
+
+    /// A length-prefixed string with a kind tag in the prefix's low byte (lengths are far
+    /// below 2^56).
+    #[inline(always)]
+    fn tagged_bytes(&mut self, tag: u8, bytes: &[u8]) {
+        self.word((bytes.len() as u64) << 8 | u64::from(tag));
+        self.bytes(bytes);
+    }
+
+    /// The digest: the memory store fills its first 64 bits.
+    #[inline(always)]
+    fn digest(&self) -> Digest {
         let mut d = [0u8; 16];
-        d[..8].copy_from_slice(&h.finish().to_le_bytes());
+        d[..8].copy_from_slice(&fold(self.acc, self.last).to_le_bytes());
         d
+    }
+}
+
+/// The first words of the three kinds of digests, told apart: a [`Store::digest`] starts
+/// with its first part's length (far below 2^48), an id key and a fingerprint with
+/// these marks in the top 16 bits (and their first part's length below).
+const ID_KEY: u64 = 0xffff << 48;
+const FINGERPRINT: u64 = 0xfffe << 48;
+
+/// Tags of typed numbers (ids and params): a non-negative integer is one number
+/// whether read as signed or unsigned; a negative one has its own tag, so -1 and
+/// `u64::MAX` differ.
+const NON_NEGATIVE: u64 = 7;
+const NEGATIVE: u64 = 9;
+const FLOAT: u64 = 8;
+
+impl Mix {
+    #[inline(always)]
+    fn int(&mut self, i: i64) {
+        self.word(if i < 0 { NEGATIVE } else { NON_NEGATIVE });
+        self.word(i as u64);
     }
 }
 
@@ -683,45 +796,35 @@ impl Store for MemoryStore {
         // a wrong replay needs both to collide (2^-128 for a caller who cannot see the
         // seed), and a key alone colliding (a -32043 for an innocent call) is about
         // 2^-64 per stored entry. One hash run each, not two.
-        // Each part is written as its length (gathered in foldhash's 128-bit sponge,
-        // nearly free), then its bytes: no copy into a buffer first.
-        let mut h = self.seed.build_hasher();
+        // Each part is written as its length, then its bytes: no copy into a buffer.
+        let mut h = self.seeds.hasher();
         for p in parts {
-            h.write_usize(p.len());
-            h.write(p);
+            h.tagged_bytes(0, p);
         }
-        Self::finish_digest(&h)
+        h.digest()
     }
 
     fn id_digest(&self, who: &str, id: Id<'_>) -> Digest {
         // The id typed, as numbers, not as text (no formatting): 1, "1" and 1.0 differ;
-        // 1 read as signed or unsigned does not. `usize::MAX` first, a length no part
-        // of [`Store::digest`] has: these keys and those never meet.
-        let mut h = self.seed.build_hasher();
-        h.write_usize(usize::MAX);
-        h.write_usize(who.len());
-        h.write(who.as_bytes());
+        // 1 read as signed or unsigned does not. [`ID_KEY`] first: these keys and
+        // [`Store::digest`]'s never meet.
+        let mut h = self.seeds.hasher();
+        h.word(ID_KEY | who.len() as u64);
+        h.bytes(who.as_bytes());
         match id {
-            Id::Null => h.write_u8(0),
-            Id::Str(s) => {
-                h.write_u8(1);
-                h.write_usize(s.len());
-                h.write(s.as_bytes());
-            }
-            Id::Int(i) => {
-                h.write_u8(2);
-                h.write_u128(i128::from(i).cast_unsigned());
-            }
+            Id::Null => h.word(0),
+            Id::Str(s) => h.tagged_bytes(1, s.as_bytes()),
+            Id::Int(i) => h.int(i),
             Id::UInt(u) => {
-                h.write_u8(2);
-                h.write_u128(u128::from(u));
+                h.word(NON_NEGATIVE);
+                h.word(u);
             }
             Id::Float(f) => {
-                h.write_u8(3);
-                h.write_u64(f.to_bits());
+                h.word(FLOAT);
+                h.word(f.to_bits());
             }
         }
-        Self::finish_digest(&h)
+        h.digest()
     }
 
     fn fingerprint(&self, method: &str, params: &Params<'_>) -> Digest {
@@ -730,48 +833,35 @@ impl Store for MemoryStore {
         // this hash's cost. Params that differ only in whitespace, escapes or the
         // spelling of a number (`1e2` / `100.0`) are the same to the handler and here;
         // any other difference (a value, a type, a key, the order) is a mismatch.
-        // `usize::MAX - 1` first: never a [`Store::digest`] or an id key.
-        let mut h = self.seed.build_hasher();
-        h.write_usize(usize::MAX - 1);
-        h.write_usize(method.len());
-        h.write(method.as_bytes());
+        // Each value's encoding says how many words follow it, so a sequence of values
+        // is read back one way only.
+        let mut h = self.seeds.hasher();
+        h.word(FINGERPRINT | method.len() as u64);
+        h.bytes(method.as_bytes());
         let Some(nodes) = params.nodes() else {
-            h.write_u8(0);
-            return Self::finish_digest(&h);
+            h.word(0);
+            return h.digest();
         };
         for node in nodes {
             match *node {
-                Node::String(s) => {
-                    h.write_u8(1);
-                    h.write_usize(s.len());
-                    h.write(s.as_bytes());
-                }
-                Node::Array { len, .. } => {
-                    h.write_u8(2);
-                    h.write_usize(len);
-                }
-                Node::Object { len, .. } => {
-                    h.write_u8(3);
-                    h.write_usize(len);
-                }
-                Node::Static(StaticNode::Null) => h.write_u8(4),
-                Node::Static(StaticNode::Bool(b)) => h.write_u8(5 + u8::from(b)),
+                Node::String(s) => h.tagged_bytes(1, s.as_bytes()),
+                Node::Array { len, .. } => h.word((len as u64) << 8 | 2),
+                Node::Object { len, .. } => h.word((len as u64) << 8 | 3),
+                Node::Static(StaticNode::Null) => h.word(4),
+                Node::Static(StaticNode::Bool(b)) => h.word(5 + u64::from(b)),
                 // 1 read as signed or unsigned is one number, as for ids.
-                Node::Static(StaticNode::I64(i)) => {
-                    h.write_u8(7);
-                    h.write_u128(i128::from(i).cast_unsigned());
-                }
+                Node::Static(StaticNode::I64(i)) => h.int(i),
                 Node::Static(StaticNode::U64(u)) => {
-                    h.write_u8(7);
-                    h.write_u128(u128::from(u));
+                    h.word(NON_NEGATIVE);
+                    h.word(u);
                 }
                 Node::Static(StaticNode::F64(f)) => {
-                    h.write_u8(8);
-                    h.write_u64(f.to_bits());
+                    h.word(FLOAT);
+                    h.word(f.to_bits());
                 }
             }
         }
-        Self::finish_digest(&h)
+        h.digest()
     }
 
     fn claim(&self, key: &Digest, fp: &Digest, id: Id<'_>, out: &mut Vec<u8>) -> Claim {

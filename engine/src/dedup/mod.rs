@@ -274,12 +274,18 @@ fn not_started(code: Option<i32>) -> bool {
     )
 }
 
+/// A response's start up to its id.
+const PREFIX: &[u8; 22] = br#"{"jsonrpc":"2.0","id":"#;
+
 /// The part of a response after its id: `"result":…}` or `"error":{…}}`. The engine
 /// wrote the response (`{"jsonrpc":"2.0","id":ID,` first), so the id is a JSON number,
 /// `null` or a string whose end is found by skipping escapes.
 pub(crate) fn tail(answer: &[u8]) -> Option<&[u8]> {
-    const PREFIX: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
-    let rest = answer.strip_prefix(PREFIX)?;
+    // Compared as one 22-byte array (two vector compares), not through `memcmp`.
+    let (prefix, rest) = answer.split_first_chunk::<22>()?;
+    if prefix != PREFIX {
+        return None;
+    }
     let end = if rest.first() == Some(&b'"') {
         let mut i = 1;
         loop {
@@ -379,6 +385,32 @@ mod tests {
         }
         assert_eq!(tail(b"{}"), None);
         assert_eq!(tail(br#"{"jsonrpc":"2.0","id":"unterminated"#), None);
+    }
+
+    /// The tail is found after any id the engine writes.
+    #[test]
+    fn tails_follow_every_kind_of_id() {
+        let ids = [
+            Id::Null,
+            Id::Int(0),
+            Id::Int(-1),
+            Id::Int(i64::MIN),
+            Id::UInt(u64::MAX),
+            Id::Str("a,\"b"),
+            Id::Str(""),
+            Id::Float(-1.5e3),
+        ];
+        for id in ids {
+            for tail_in in [
+                &br#""result":5}"#[..],
+                br#""error":{"code":1,"message":"x"}}"#,
+            ] {
+                let mut answer = Vec::new();
+                write_replay(&mut answer, id, tail_in);
+                assert_eq!(tail(&answer), Some(tail_in), "{id:?}");
+            }
+        }
+        assert_eq!(tail(br#"{"jsonrpc":"2.1","id":1,"result":5}"#), None);
     }
 
     #[test]
