@@ -152,6 +152,7 @@ impl Ring {
         self.get(0)
     }
 
+    #[cfg(test)]
     fn iter(&self) -> impl Iterator<Item = &Slot> {
         (0..self.len).filter_map(|i| self.get(i))
     }
@@ -238,9 +239,14 @@ fn prefetch<T>(p: &T) {
 /// wrong answer). Deletion shifts the entries after it back: no tombstones to clean.
 #[derive(Default)]
 struct Index {
-    /// Empty, or a power of two long, at most three quarters full.
+    /// Empty, or a power of two long, at most three quarters full (live and stale
+    /// entries together: see [`Shard`]).
     table: Vec<u64>,
+    /// Places not empty: live entries and stale ones.
     len: usize,
+    /// The table before the last rebuild, kept to be the next one's (so rebuilding at
+    /// the same size allocates nothing).
+    spare: Vec<u64>,
 }
 
 /// An index entry's tag for `key`; its home place is the tag's low bits.
@@ -333,10 +339,17 @@ impl Index {
 struct Shard {
     index: Index,
     /// Slots in insertion order; `slots[i]` has sequence number `head + i`. Every slot
-    /// not [`State::Gone`] has one index entry, and no other slot has any.
+    /// not [`State::Gone`] has one index entry, and no other slot in the ring has any.
+    /// An evicted slot's entry is not removed: it goes stale (its number is before
+    /// `head`, see [`Shard::stale`]), lookups pass over it as over another key's, a
+    /// claim's insertion takes its place when its probe meets it, and rebuilds drop
+    /// those left. So an eviction touches only the ring.
     slots: Ring,
     /// The sequence number of `slots[0]`.
     head: u64,
+    /// `head` at the index's last rebuild: a stale entry's 32-bit number must not come
+    /// round to a live slot's, so the index is rebuilt before `head` moves 2^31 on.
+    rebuilt_at: u64,
     /// Bytes held: answers plus [`ENTRY_OVERHEAD`] per slot.
     bytes: usize,
     spare: Vec<Vec<u8>>,
@@ -389,7 +402,7 @@ impl MemoryStore {
     fn len(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| s.lock().unwrap().index.len)
+            .map(|s| s.lock().unwrap().live())
             .sum()
     }
 
@@ -404,12 +417,18 @@ impl MemoryStore {
     fn spread(&self) -> Vec<usize> {
         self.shards
             .iter()
-            .map(|s| s.lock().unwrap().index.len)
+            .map(|s| s.lock().unwrap().live())
             .collect()
     }
 }
 
 impl Shard {
+    /// Entries held (for tests).
+    #[cfg(test)]
+    fn live(&self) -> usize {
+        self.slots.iter().filter(|s| s.state != State::Gone).count()
+    }
+
     /// The sequence number the next pushed slot gets.
     fn next_seq(&self) -> u64 {
         self.head + self.slots.len() as u64
@@ -423,36 +442,52 @@ impl Shard {
         self.probe(key).ok()
     }
 
-    /// `key`'s index place and slot number, or the empty place where its entry goes:
-    /// one probe for a claim's lookup and insertion both (with linear probing and no
-    /// tombstones, the first empty place is where [`Index::put`] would put it). The
-    /// table must not be empty.
+    /// Whether index entry `e` is stale: its slot was evicted (its number is before
+    /// `head`; from the low 32 bits, that is an offset past the ring's end).
+    #[inline(always)]
+    fn stale(&self, e: u64) -> bool {
+        (e as u32).wrapping_sub(self.head as u32) as usize >= self.slots.len()
+    }
+
+    /// `key`'s index place and slot number, or the place where its entry goes: the first
+    /// stale place on its probe, else the empty place that ended it. One probe for a
+    /// claim's lookup and insertion both (the key is in no place after the empty one,
+    /// and a stale place before it may be taken: lookups pass over any entry but an
+    /// empty place). The table must not be empty.
     #[inline]
     fn probe(&self, key: u64) -> Result<(usize, u64), usize> {
         let tag = tag(key);
         let mask = self.index.mask();
         let mut at = self.index.home(tag);
+        let mut free = None;
         loop {
             let e = *self.index.table.get(at).ok_or(at)?;
             if e == 0 {
-                return Err(at);
+                return Err(free.unwrap_or(at));
             }
-            if entry_tag(e) == tag {
-                // The number from its low 32 bits: the ring is never 2^32 slots long.
-                let seq = self.head + u64::from((e as u32).wrapping_sub(self.head as u32));
-                if self.get(seq).is_some_and(|s| s.key == key) {
-                    return Ok((at, seq));
-                }
+            // The slot's offset in the ring from the entry's low 32 bits: the ring is
+            // never 2^32 slots long.
+            let offset = (e as u32).wrapping_sub(self.head as u32) as usize;
+            if offset >= self.slots.len() {
+                free.get_or_insert(at);
+            } else if entry_tag(e) == tag && self.slots.get(offset).is_some_and(|s| s.key == key)
+            {
+                return Ok((at, self.head + offset as u64));
             }
             at = (at + 1) & mask;
         }
     }
 
-    /// Room in the index for one more entry: when it would be over three quarters full,
-    /// it is rebuilt twice as large from the ring (only while the store grows).
+    /// Room in the index for one more entry: when it would be over three quarters full
+    /// (stale entries counted), it is rebuilt without them, twice as large if the live
+    /// ones fill more than half of it (so at least a quarter of it is taken before the
+    /// next rebuild) (and also when `head` has moved 2^31 since
+    /// the last rebuild, so that no stale number comes round: see [`Shard::stale`]).
     #[inline]
     fn reserve(&mut self) {
-        if (self.index.len + 1) * 4 > self.index.table.len() * 3 {
+        if (self.index.len + 1) * 4 > self.index.table.len() * 3
+            || self.head.wrapping_sub(self.rebuilt_at) > 1 << 31
+        {
             self.rebuild();
         }
     }
@@ -460,16 +495,27 @@ impl Shard {
     #[cold]
     #[inline(never)]
     fn rebuild(&mut self) {
-        let size = (self.index.table.len() * 2).max(16);
-        self.index.table.clear();
-        self.index.table.resize(size, 0);
+        let old = std::mem::take(&mut self.index.table);
+        // The ring's slots bound the live entries (released ones count too: a little
+        // early to grow, never late), without a pass over the table to count them.
+        let live = self.slots.len();
+        let size = if (live + 1) * 2 > old.len() {
+            (old.len() * 2).max(16)
+        } else {
+            old.len()
+        };
+        let mut table = std::mem::take(&mut self.index.spare);
+        table.clear();
+        table.resize(size, 0);
+        self.index.table = table;
         self.index.len = 0;
-        for (i, s) in self.slots.iter().enumerate() {
-            if s.state != State::Gone {
-                let e = entry(tag(s.key), self.head + i as u64);
+        for &e in &old {
+            if e != 0 && !self.stale(e) {
                 self.index.put(e);
             }
         }
+        self.index.spare = old;
+        self.rebuilt_at = self.head;
     }
 
     /// Fetches, without waiting, the index line of `key`.
@@ -479,17 +525,13 @@ impl Shard {
         }
     }
 
-    /// Fetches, without waiting, what this shard's next eviction will touch: the next
-    /// slots to evict with the index line of the first. (The place of the next slot is
-    /// fetched by the claim that fills the one before.) By the shard's next call (about
-    /// a sixteenth of the calls later) they have arrived. Measured: `claim_16m` 462-484
-    /// ns with, 511-555 without, `claim_64k` unchanged (docs/PERFORMANCE.md).
+    /// Fetches, without waiting, what this shard's next eviction will touch: the slot
+    /// after the next to evict (the next was fetched by the eviction before; evicting
+    /// touches no index line, see [`Shard`]; the place of the next slot is fetched by
+    /// the claim that fills the one before). By the shard's next call (about a
+    /// sixteenth of the calls later) it has arrived. Measured: `claim_16m` 462-484 ns
+    /// with, 511-555 without, `claim_64k` unchanged (docs/PERFORMANCE.md).
     fn prefetch_evictions(&self) {
-        // The oldest slot was fetched by the eviction before (as the second): its key
-        // is read without waiting.
-        if let Some(s) = self.slots.front() {
-            self.prefetch_entry(s.key);
-        }
         if let Some(s) = self.slots.get(1) {
             prefetch(s);
         }
@@ -589,9 +631,8 @@ impl Shard {
                             freed
                         }
                     };
-                    let key = s.key;
+                    // Its index entry goes stale as `head` passes it.
                     self.slots.skip_front();
-                    self.index.remove(key, seq);
                     self.bytes = self.bytes.saturating_sub(ENTRY_OVERHEAD + freed);
                 }
             }
@@ -897,8 +938,9 @@ impl Store for MemoryStore {
             }
             Err(at) => {
                 if let Some(e) = shard.index.table.get_mut(at) {
+                    // An empty place, or a stale entry's (already counted).
+                    shard.index.len += usize::from(*e == 0);
                     *e = entry(tag(k), seq);
-                    shard.index.len += 1;
                 }
             }
         }
@@ -1119,6 +1161,50 @@ mod tests {
             Claim::Replayed(None)
         );
         run(s.claim(&keys[0], &fp, Id::Null, &mut out));
+    }
+
+    /// Evictions leave their index entries stale: under churn every held entry is still
+    /// found at its slot, evicted keys are not, and the index stays bounded (stale
+    /// places taken by insertions or dropped by rebuilds).
+    #[test]
+    fn evicted_entries_go_stale_and_the_index_stays_bounded() {
+        let max = 64 * 1024;
+        let s = store(max, 600_000);
+        let fp = s.digest(&[b"f"]);
+        let mut out = Vec::new();
+        let keys: Vec<Digest> = (0..100_000u32)
+            .map(|i| s.digest(&[&i.to_le_bytes()]))
+            .collect();
+        for (i, k) in keys.iter().enumerate() {
+            let slot = run(s.claim(k, &fp, Id::Null, &mut out));
+            s.finish(k, &fp, slot, b"1}", None);
+            if let Some(before) = i.checked_sub(1).map(|j| &keys[j]) {
+                out.clear();
+                assert_eq!(
+                    s.claim(before, &fp, Id::Null, &mut out),
+                    Claim::Replayed(None),
+                    "{i}"
+                );
+            }
+        }
+        let mut held = 0;
+        for shard in s.shards.iter() {
+            let shard = shard.lock().unwrap();
+            for (i, slot) in shard.slots.iter().enumerate() {
+                assert_ne!(slot.state, State::Gone);
+                assert_eq!(shard.find(slot.key), Some(shard.find(slot.key).unwrap()));
+                assert_eq!(shard.find(slot.key).map(|f| f.1), Some(shard.head + i as u64));
+            }
+            held += shard.live();
+            let table = shard.index.table.len();
+            assert!(shard.index.len * 4 <= table * 3);
+            assert!(table <= 4 * shard.live().next_power_of_two().max(16), "{table}");
+        }
+        assert!(held > 300, "{held}");
+        // Evicted keys are not found: they run anew.
+        for k in &keys[..1_000] {
+            run(s.claim(k, &fp, Id::Null, &mut out));
+        }
     }
 
     /// The index against a model, with keys made to collide: many with one home, runs
