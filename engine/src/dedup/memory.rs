@@ -244,9 +244,6 @@ struct Index {
     table: Vec<u64>,
     /// Places not empty: live entries and stale ones.
     len: usize,
-    /// The table before the last rebuild, kept to be the next one's (so rebuilding at
-    /// the same size allocates nothing).
-    spare: Vec<u64>,
 }
 
 /// An index entry's tag for `key`; its home place is the tag's low bits.
@@ -400,10 +397,7 @@ impl MemoryStore {
     /// Entries held now, in all shards (for tests).
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().unwrap().live())
-            .sum()
+        self.shards.iter().map(|s| s.lock().unwrap().live()).sum()
     }
 
     /// Bytes held now, in all shards (for tests).
@@ -470,8 +464,7 @@ impl Shard {
             let offset = (e as u32).wrapping_sub(self.head as u32) as usize;
             if offset >= self.slots.len() {
                 free.get_or_insert(at);
-            } else if entry_tag(e) == tag && self.slots.get(offset).is_some_and(|s| s.key == key)
-            {
+            } else if entry_tag(e) == tag && self.slots.get(offset).is_some_and(|s| s.key == key) {
                 return Ok((at, self.head + offset as u64));
             }
             at = (at + 1) & mask;
@@ -495,26 +488,44 @@ impl Shard {
     #[cold]
     #[inline(never)]
     fn rebuild(&mut self) {
-        let old = std::mem::take(&mut self.index.table);
-        // The ring's slots bound the live entries (released ones count too: a little
-        // early to grow, never late), without a pass over the table to count them.
-        let live = self.slots.len();
-        let size = if (live + 1) * 2 > old.len() {
-            (old.len() * 2).max(16)
-        } else {
-            old.len()
-        };
-        let mut table = std::mem::take(&mut self.index.spare);
-        table.clear();
-        table.resize(size, 0);
-        self.index.table = table;
-        self.index.len = 0;
-        for &e in &old {
-            if e != 0 && !self.stale(e) {
-                self.index.put(e);
+        // A place empty before stale entries are emptied: no entry's probe crosses it
+        // (there is one: the table is at most three quarters full).
+        let start = self.index.table.iter().position(|&e| e == 0);
+        let mut live = 0;
+        for i in 0..self.index.table.len() {
+            let e = self.index.table[i];
+            if e != 0 && self.stale(e) {
+                self.index.table[i] = 0;
+            } else if e != 0 {
+                live += 1;
             }
         }
-        self.index.spare = old;
+        let size = self.index.table.len();
+        self.index.len = 0;
+        match start {
+            Some(start) if (live + 1) * 2 <= size => {
+                // The same size, in place (no second table to keep or allocate): every
+                // entry taken out and put back, in order from `start`, so each lands
+                // between its home and where it was.
+                let mask = self.index.mask();
+                for i in 1..=size {
+                    let at = (start + i) & mask;
+                    let e = std::mem::take(&mut self.index.table[at]);
+                    if e != 0 {
+                        self.index.put(e);
+                    }
+                }
+            }
+            _ => {
+                // Grown (only while the store grows): a new table, the entries put in.
+                let old = std::mem::replace(&mut self.index.table, vec![0; (size * 2).max(16)]);
+                for &e in &old {
+                    if e != 0 {
+                        self.index.put(e);
+                    }
+                }
+            }
+        }
         self.rebuilt_at = self.head;
     }
 
@@ -1193,12 +1204,18 @@ mod tests {
             for (i, slot) in shard.slots.iter().enumerate() {
                 assert_ne!(slot.state, State::Gone);
                 assert_eq!(shard.find(slot.key), Some(shard.find(slot.key).unwrap()));
-                assert_eq!(shard.find(slot.key).map(|f| f.1), Some(shard.head + i as u64));
+                assert_eq!(
+                    shard.find(slot.key).map(|f| f.1),
+                    Some(shard.head + i as u64)
+                );
             }
             held += shard.live();
             let table = shard.index.table.len();
             assert!(shard.index.len * 4 <= table * 3);
-            assert!(table <= 4 * shard.live().next_power_of_two().max(16), "{table}");
+            assert!(
+                table <= 4 * shard.live().next_power_of_two().max(16),
+                "{table}"
+            );
         }
         assert!(held > 300, "{held}");
         // Evicted keys are not found: they run anew.
@@ -1251,6 +1268,10 @@ mod tests {
             }
             // Gone slots popped from the front, as claims do.
             shard.trim(0, 0, usize::MAX);
+            // Rebuilt now and then (in place, the runs wrapping round the end).
+            if step % 7 == 0 {
+                shard.rebuild();
+            }
             for (j, want) in alive.iter().enumerate() {
                 assert_eq!(
                     shard.find(key(j)).map(|f| f.1),
