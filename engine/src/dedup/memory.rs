@@ -10,11 +10,10 @@
 //! second lookup. Short answers live in their slot; longer ones in buffers kept for
 //! reuse after eviction, so a store in steady state allocates nothing per call.
 //!
-//! Memory touched per call, for a store larger than the CPU's caches: the index (about
-//! 2 MiB for 16 MiB of entries, so it stays in the last-level cache) twice, at random
-//! (the new key, the evicted one), and the ring only at its two ends. Eviction is in
-//! order, so all but the new key's index line are fetched ahead (see
-//! [`Shard::prefetch_next`]).
+//! Memory touched per call, for a store larger than the CPU's caches: the index (2-4
+//! MiB for 16 MiB of entries, so it stays in the last-level cache) once, at random (the
+//! new key's line: an evicted entry's is not touched, it goes stale in place), and the
+//! ring only at its two ends, fetched ahead (see [`Shard::prefetch_evictions`]).
 
 use std::hash::BuildHasher;
 
@@ -232,11 +231,14 @@ fn prefetch<T>(p: &T) {
 ///
 /// Open addressing with linear probing over 8-byte entries: the key's low 31 bits with
 /// the top bit set (so an entry is never 0, an empty place) above the low 32 bits of the
-/// slot's number. A shard of a 16 MiB store (~9,000 entries) has an index of 128 KiB,
-/// where a hash map of full keys and numbers with its control bytes took ~280 KiB,
-/// and a probe reads one cache line instead of two. A tag match is confirmed against the
+/// slot's number. A shard of a 16 MiB store (~9,000 entries) has an index of 256 KiB
+/// (live entries fill at most half of it after a rebuild, live and stale ones at most
+/// three quarters; 29 bytes an entry, within [`ENTRY_OVERHEAD`] with its slot), where a
+/// hash map of full keys and numbers with its control bytes took ~280 KiB, and a probe
+/// reads one cache line instead of two. A tag match is confirmed against the
 /// key in the slot (a wrong match, about 2^-17 per probe, costs one more read, never a
-/// wrong answer). Deletion shifts the entries after it back: no tombstones to clean.
+/// wrong answer). A released claim's entry is deleted by shifting the entries after it
+/// back; an evicted one's is left stale (see [`Shard`]).
 #[derive(Default)]
 struct Index {
     /// Empty, or a power of two long, at most three quarters full (live and stale
@@ -652,6 +654,29 @@ impl Shard {
         self.prefetch_evictions();
     }
 
+    /// The usual eviction of a full shard, without [`Shard::drop_front`]'s loop: the
+    /// oldest slot answered, its answer in the slot, and dropping it alone brings the
+    /// shard back within `max_bytes`. Whether it did (else the loop decides).
+    #[inline(always)]
+    fn evict_one(&mut self, max_bytes: usize) -> bool {
+        let Some(s) = self.slots.front() else {
+            return false;
+        };
+        let (State::Done(_), Answer::Inline { len, .. }) = (s.state, &s.answer) else {
+            return false;
+        };
+        let bytes = self.bytes.saturating_sub(ENTRY_OVERHEAD + usize::from(*len));
+        if bytes > max_bytes {
+            return false;
+        }
+        // Left where it is, as in `drop_front`; its index entry goes stale.
+        self.slots.skip_front();
+        self.head += 1;
+        self.bytes = bytes;
+        self.prefetch_evictions();
+        true
+    }
+
     /// Takes back an answer: its bytes no longer count, a buffer's memory is reused.
     fn recycle(&mut self, answer: Answer) {
         self.bytes = self.bytes.saturating_sub(answer.as_slice().len());
@@ -984,7 +1009,7 @@ impl Store for MemoryStore {
         // so the clock is not read: the claim's time (its expiry less the TTL) serves,
         // older by the call's duration, which only makes this trim drop less.
         let claimed = s.expires.saturating_sub(self.ttl_ns);
-        if shard.bytes > self.max_bytes {
+        if shard.bytes > self.max_bytes && !shard.evict_one(self.max_bytes) {
             shard.drop_front(claimed, self.ttl_ns, self.max_bytes);
         }
     }

@@ -79,7 +79,8 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
 pub const DEFAULT_MAX_BYTES: usize = 64 << 20;
 
 /// A call's key (who, which request) or fingerprint (which method and params), hashed
-/// by the store: randomly seeded foldhash in memory (64 of the 128 bits), SHA-256 cut
+/// by the store: a randomly seeded word hash in memory (folded multiplies, as foldhash;
+/// 64 of the 128 bits), SHA-256 cut
 /// to 128 bits (the same in every instance) for Redis.
 pub(crate) type Digest = [u8; 16];
 
