@@ -665,7 +665,9 @@ impl Shard {
         let (State::Done(_), Answer::Inline { len, .. }) = (s.state, &s.answer) else {
             return false;
         };
-        let bytes = self.bytes.saturating_sub(ENTRY_OVERHEAD + usize::from(*len));
+        let bytes = self
+            .bytes
+            .saturating_sub(ENTRY_OVERHEAD + usize::from(*len));
         if bytes > max_bytes {
             return false;
         }
