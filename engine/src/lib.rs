@@ -111,6 +111,7 @@ mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod guard;
+mod hash;
 pub mod metrics;
 #[cfg(feature = "proxy")]
 pub mod proxy;

@@ -261,7 +261,7 @@ impl Sampler {
     /// A new sampled trace, for this call's share of the rate.
     #[inline]
     pub(crate) fn sample(&self) -> Option<Trace> {
-        if self.threshold == 0 {
+        if !self.is_on() {
             return None;
         }
         (self.always || random() < self.threshold).then(|| Trace::root(true))

@@ -25,6 +25,7 @@ use simd_json::{Node, StaticNode};
 
 use super::{write_replay, Claim, Digest, Store};
 use crate::codec::Id;
+use crate::hash::fold;
 use crate::Params;
 
 /// Shards: a power of two, enough that two reactors and a few workers rarely contend.
@@ -438,11 +439,18 @@ impl Shard {
         self.probe(key).ok()
     }
 
+    /// Index entry `e`'s slot as an offset in the ring, from the entry's low 32 bits (the
+    /// ring is never 2^32 slots long): past the ring's end for a stale entry.
+    #[inline(always)]
+    fn offset(&self, e: u64) -> usize {
+        (e as u32).wrapping_sub(self.head as u32) as usize
+    }
+
     /// Whether index entry `e` is stale: its slot was evicted (its number is before
-    /// `head`; from the low 32 bits, that is an offset past the ring's end).
+    /// `head`).
     #[inline(always)]
     fn stale(&self, e: u64) -> bool {
-        (e as u32).wrapping_sub(self.head as u32) as usize >= self.slots.len()
+        self.offset(e) >= self.slots.len()
     }
 
     /// `key`'s index place and slot number, or the place where its entry goes: the first
@@ -461,9 +469,7 @@ impl Shard {
             if e == 0 {
                 return Err(free.unwrap_or(at));
             }
-            // The slot's offset in the ring from the entry's low 32 bits: the ring is
-            // never 2^32 slots long.
-            let offset = (e as u32).wrapping_sub(self.head as u32) as usize;
+            let offset = self.offset(e);
             if offset >= self.slots.len() {
                 free.get_or_insert(at);
             } else if entry_tag(e) == tag && self.slots.get(offset).is_some_and(|s| s.key == key) {
@@ -475,9 +481,9 @@ impl Shard {
 
     /// Room in the index for one more entry: when it would be over three quarters full
     /// (stale entries counted), it is rebuilt without them, twice as large if the live
-    /// ones fill more than half of it (so at least a quarter of it is taken before the
-    /// next rebuild) (and also when `head` has moved 2^31 since
-    /// the last rebuild, so that no stale number comes round: see [`Shard::stale`]).
+    /// ones fill more than half of it, so that a quarter of it fills before the next
+    /// rebuild. Also rebuilt when `head` has moved 2^31 since the last rebuild, so that
+    /// no stale number comes round to a live one (see [`Shard::stale`]).
     #[inline]
     fn reserve(&mut self) {
         if (self.index.len + 1) * 4 > self.index.table.len() * 3
@@ -746,14 +752,6 @@ fn key_bits(d: &Digest) -> u64 {
     let mut b = [0u8; 8];
     b.copy_from_slice(&d[..8]);
     u64::from_le_bytes(b)
-}
-
-/// `x × y` as 128 bits, its halves folded together (foldhash's and the rate limiter's
-/// mixing step).
-#[inline(always)]
-fn fold(x: u64, y: u64) -> u64 {
-    let p = u128::from(x) * u128::from(y);
-    (p as u64) ^ (p >> 64) as u64
 }
 
 /// The store's seeded hash: a word at a time through one folded multiply by a secret odd
@@ -1230,7 +1228,6 @@ mod tests {
             let shard = shard.lock().unwrap();
             for (i, slot) in shard.slots.iter().enumerate() {
                 assert_ne!(slot.state, State::Gone);
-                assert_eq!(shard.find(slot.key), Some(shard.find(slot.key).unwrap()));
                 assert_eq!(
                     shard.find(slot.key).map(|f| f.1),
                     Some(shard.head + i as u64)

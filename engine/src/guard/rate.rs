@@ -237,8 +237,7 @@ impl Hasher for Seeded {
         bytes.iter().for_each(|&b| self.write_u64(u64::from(b)));
     }
     fn write_u64(&mut self, word: u64) {
-        let product = u128::from(self.hash ^ word) * u128::from(self.seed | 1);
-        self.hash = (product as u64) ^ (product >> 64) as u64;
+        self.hash = crate::hash::fold(self.hash ^ word, self.seed | 1);
     }
     fn finish(&self) -> u64 {
         self.hash
