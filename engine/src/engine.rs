@@ -302,7 +302,7 @@ impl Engine {
     /// # Ok::<(), ringrpc::RegisterError>(())
     /// ```
     pub fn handle(&self, frame: &[u8], scratch: &mut Scratch, out: &mut Vec<u8>) -> Outcome {
-        self.handle_from(frame, &Source::default(), scratch, out)
+        self.handle_from(frame, &Source::EMBEDDED, scratch, out)
     }
 
     /// As [`Engine::handle`], for a frame from `source`: the connection (transport, peer)
@@ -326,7 +326,8 @@ impl Engine {
         }
     }
 
-    /// [`Engine::handle_from`], counting in `local`.
+    /// [`Engine::handle_from`], counting in `local`: each frame is timed on its own.
+    #[inline(always)]
     fn wait_for(
         &self,
         frame: &[u8],
@@ -338,6 +339,23 @@ impl Engine {
         if let Some(l) = local {
             l.start();
         }
+        let outcome = self.wait_counted(frame, source, scratch, out, local);
+        if let Some(l) = local {
+            l.flush();
+        }
+        outcome
+    }
+
+    /// [`Engine::wait_for`] within a [`Local::start`] and [`Local::flush`] of the
+    /// caller's.
+    fn wait_counted(
+        &self,
+        frame: &[u8],
+        source: &Source<'_>,
+        scratch: &mut Scratch,
+        out: &mut Vec<u8>,
+        local: Option<&Local>,
+    ) -> Outcome {
         let sampled;
         let source = match source.trace {
             None => match self.sample_trace() {
@@ -365,9 +383,6 @@ impl Engine {
         // jobs), so the straight path may count its calls itself.
         let split = self.parse_and(frame, source, scratch, out, &mut wait, Tally::Direct(local));
         scratch.waiter = wait.waiter;
-        if let Some(l) = local {
-            l.flush();
-        }
         match split {
             Split::Done(outcome) => outcome,
             // `Wait` takes no call for later.
@@ -474,7 +489,7 @@ impl Engine {
         scratch: &mut Scratch,
         out: &mut Vec<u8>,
     ) -> usize {
-        self.handle_lines_from(buf, decoder, &Source::default(), scratch, out)
+        self.handle_lines_from(buf, decoder, &Source::EMBEDDED, scratch, out)
     }
 
     /// As [`Engine::handle_lines`], for frames from `source` (see
@@ -487,12 +502,42 @@ impl Engine {
         scratch: &mut Scratch,
         out: &mut Vec<u8>,
     ) -> usize {
+        // Timed as the server times a read: the calls of one buffer leave together, in
+        // one write of `out`, so each counts from here to the end (one clock read for
+        // all of them, not two per frame).
+        match &self.metrics {
+            Some(m) => m.with_local(|l| {
+                l.start();
+                let replies = self.lines_counted(buf, decoder, source, scratch, out, Some(l));
+                l.flush();
+                replies
+            }),
+            None => self.lines_counted(buf, decoder, source, scratch, out, None),
+        }
+    }
+
+    /// [`Engine::handle_lines_from`], counting in `local`.
+    fn lines_counted(
+        &self,
+        buf: &mut BytesMut,
+        decoder: &mut LineDecoder,
+        source: &Source<'_>,
+        scratch: &mut Scratch,
+        out: &mut Vec<u8>,
+        local: Option<&Local>,
+    ) -> usize {
         let mut replies = 0;
         loop {
             let outcome = match decoder.decode(buf) {
-                Ok(Some(frame)) => self.handle_from(&frame, source, scratch, out),
+                Ok(Some(frame)) => self.wait_counted(&frame, source, scratch, out, local),
                 Ok(None) => return replies,
-                Err(e) => self.write_frame_error(e, out),
+                Err(e) => {
+                    if let Some(l) = local {
+                        let code = Some(crate::error::INVALID_REQUEST);
+                        l.call(self.unknown(), source.conn.transport(), code);
+                    }
+                    self.write_frame_error(e, out)
+                }
             };
             if outcome == Outcome::Reply {
                 out.push(b'\n');

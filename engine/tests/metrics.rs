@@ -569,3 +569,39 @@ fn embedded_engines_count_per_transport_and_alone() {
     let s = parse(&b.metrics().unwrap().render());
     assert_eq!(s.value("ringrpc_requests_total", &ping), 1.0);
 }
+
+#[test]
+fn embedded_lines_are_counted_per_buffer_with_their_frame_errors() {
+    // `handle_lines` times a buffer's calls together, as the server times a read;
+    // every call is still counted once, and a line over the limit as a -32600.
+    let engine = Engine::new(demo::registry(), Config::default().max_request_bytes(64));
+    let (mut scratch, mut out) = (engine.scratch(), Vec::new());
+    let mut decoder = engine.decoder();
+    let ping = r#"{"jsonrpc":"2.0","method":"ping","id":1}"#;
+    let long = format!(
+        r#"{{"jsonrpc":"2.0","method":"echo","params":["{}"],"id":2}}"#,
+        "x".repeat(80)
+    );
+    let mut buf = bytes::BytesMut::from(format!("{ping}\n{ping}\n{long}\n{ping}\n").as_bytes());
+    let replies = engine.handle_lines(&mut buf, &mut decoder, &mut scratch, &mut out);
+    assert_eq!(replies, 4);
+    let mut buf = bytes::BytesMut::from(format!("{ping}\n").as_bytes());
+    assert_eq!(
+        engine.handle_lines(&mut buf, &mut decoder, &mut scratch, &mut out),
+        1
+    );
+    let s = parse(&engine.metrics().unwrap().render());
+    let ping = [("method", "ping"), ("transport", "embedded"), ("code", "0")];
+    assert_eq!(s.value("ringrpc_requests_total", &ping), 4.0);
+    let refused = [
+        ("method", "unknown"),
+        ("transport", "embedded"),
+        ("code", "-32600"),
+    ];
+    assert_eq!(s.value("ringrpc_requests_total", &refused), 1.0);
+    let count = s.value(
+        "ringrpc_request_duration_seconds_count",
+        &[("method", "ping")],
+    );
+    assert_eq!(count, 4.0);
+}

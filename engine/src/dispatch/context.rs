@@ -219,7 +219,7 @@ pub struct Source<'a> {
 
 impl<'a> Source<'a> {
     /// A frame from `conn` (no HTTP headers).
-    pub fn new(conn: &'a Connection) -> Self {
+    pub const fn new(conn: &'a Connection) -> Self {
         Self {
             conn,
             headers: None,
@@ -302,10 +302,16 @@ impl<'a> Source<'a> {
     }
 }
 
+impl Source<'static> {
+    /// [`Connection::EMBEDDED`], no headers: what [`Source::default`] is, as a constant
+    /// (`&Source::EMBEDDED` is a reference to one made at compile time).
+    pub(crate) const EMBEDDED: Self = Self::new(&Connection::EMBEDDED);
+}
+
 impl Default for Source<'static> {
     /// [`Connection::EMBEDDED`], no headers.
     fn default() -> Self {
-        Self::new(&Connection::EMBEDDED)
+        Self::EMBEDDED
     }
 }
 
