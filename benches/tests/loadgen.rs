@@ -388,9 +388,11 @@ struct Ringrpc {
 
 impl Ringrpc {
     fn start(name: &str) -> Ringrpc {
-        let mut server =
-            ringrpc::server::Server::new(ringrpc::demo::engine(ringrpc::Config::default()))
-                .unwrap();
+        Ringrpc::serve(name, ringrpc::demo::engine(ringrpc::Config::default()))
+    }
+
+    fn serve(name: &str, engine: ringrpc::Engine) -> Ringrpc {
+        let mut server = ringrpc::server::Server::new(engine).unwrap();
         let tcp = server.listen_tcp("127.0.0.1:0").unwrap().to_string();
         let http = format!("http://{}/", server.listen_http("127.0.0.1:0").unwrap());
         let unix = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.sock"));
@@ -576,4 +578,193 @@ fn compare_prints_a_table_and_writes_the_json_and_the_chart() {
     assert!(coloured((0xd6, 0x27, 0x28)) > 100, "no second curve");
     let white = coloured((255, 255, 255));
     assert!(white < pixmap.pixels().len() * 99 / 100, "blank");
+}
+
+/// The key file of the protected server below.
+const KEYS: &str = r#"
+[[key]]
+name = "reader"
+token = "r3ader"
+allow = ["ping", "incr"]
+"#;
+
+const HELLO: &str = r#"{"jsonrpc":"2.0","method":"rpc.auth","params":{"token":"r3ader"},"id":0}"#;
+
+/// Runs loadgen expecting it to fail with `code`; returns its stderr.
+fn loadgen_fails(args: &[&str], code: i32) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(args)
+        .args(["--timeout", "5"])
+        .output()
+        .expect("loadgen runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+    stderr
+}
+
+/// The demo counter's value, read with `incr [0]` over TCP as `reader`.
+fn counter(tcp: &str) -> i64 {
+    let mut s = TcpStream::connect(tcp).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut call = |line: &str| {
+        s.write_all(format!("{line}\n").as_bytes()).unwrap();
+        let mut answer = String::new();
+        r.read_line(&mut answer).unwrap();
+        serde_json::from_str::<Value>(&answer).unwrap()
+    };
+    assert_eq!(call(HELLO)["result"]["identity"], "reader");
+    // An id of its own each time: a repeated one would be answered the first reading.
+    static READS: AtomicU64 = AtomicU64::new(0);
+    let n = READS.fetch_add(1, Ordering::Relaxed);
+    let v = call(&format!(
+        r#"{{"jsonrpc":"2.0","method":"incr","params":[0],"id":"count-{n}"}}"#
+    ));
+    v["result"].as_i64().unwrap_or_else(|| panic!("{v}"))
+}
+
+#[test]
+fn protected_server_with_header_hello_and_incr() {
+    // ringrpc with keys and the memory de-dup store. `incr` is keyed by (identity, id):
+    // the counter ends at the number of incr calls only if no id was sent twice, by two
+    // connections, two --compare rounds or two runs.
+    let engine = ringrpc::demo::engine(ringrpc::Config::default())
+        .with_guard(ringrpc::guard::Guard::new().with_keys_toml(KEYS).unwrap())
+        .with_dedup(ringrpc::dedup::Dedup::memory(
+            64 << 20,
+            Duration::from_secs(600),
+        ));
+    let server = Ringrpc::serve("protected", engine);
+    let unix = server.unix.to_string_lossy().into_owned();
+    let ws = format!("ws://{}", server.http.trim_start_matches("http://"));
+    let header = "Authorization: Bearer r3ader";
+    let load = [
+        "--mix",
+        "ping:1,incr:1",
+        "--count",
+        "2000",
+        "--connections",
+        "4",
+        "--depth",
+        "8",
+    ];
+    let mut incr = 0;
+    assert_eq!(counter(&server.tcp), 0);
+    for target in [
+        ["--tcp", &server.tcp, "--hello", HELLO],
+        ["--unix", &unix, "--hello", HELLO],
+        ["--http", &server.http, "--header", header],
+        ["--ws", &ws, "--header", header],
+        ["--ws", &ws, "--hello", HELLO],
+    ] {
+        let v = loadgen(&[&target[..], &load[..]].concat());
+        assert_clean(&v, 2000, 2000);
+        assert_eq!(v["methods"]["incr"]["count"], 1000, "{v}");
+        incr += 1000;
+        assert_eq!(counter(&server.tcp), incr, "{target:?}: replays");
+    }
+    // Two rounds against the same server twice: 4 runs in one process.
+    let out = Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .arg("--compare")
+        .arg(format!("a=tcp://{}", server.tcp))
+        .arg(format!("b=tcp://{}", server.tcp))
+        .args(["--rounds", "2", "--mix", "incr", "--count", "500"])
+        .args(["--connections", "4", "--depth", "8", "--hello", HELLO])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(counter(&server.tcp), incr + 2000, "replays across rounds");
+
+    // A refused hello: a connect failure naming the server's error (exit 2).
+    let bad = HELLO.replace("r3ader", "nope");
+    let e = loadgen_fails(&["--tcp", &server.tcp, "--count", "10", "--hello", &bad], 2);
+    assert!(
+        e.contains("-32040") && e.contains("could not connect"),
+        "{e}"
+    );
+    // No credentials: every call answered 401 (HTTP) or -32040 (TCP), exit 1.
+    let e = loadgen_fails(&["--http", &server.http, "--count", "10"], 1);
+    assert!(e.contains("HTTP 401"), "{e}");
+    let e = loadgen_fails(&["--tcp", &server.tcp, "--count", "10"], 1);
+    assert!(e.contains("-32040"), "{e}");
+    let e = loadgen_fails(
+        &[
+            "--ws",
+            &ws,
+            "--count",
+            "10",
+            "--header",
+            "Authorization: Bearer nope",
+        ],
+        2,
+    );
+    assert!(e.contains("401"), "{e}");
+}
+
+#[test]
+fn header_and_hello_are_checked() {
+    let server = Ringrpc::start("checked");
+    for (args, why) in [
+        (
+            vec!["--http", &server.http, "--header", "Bad Name: x"],
+            "not an HTTP token",
+        ),
+        (
+            vec!["--http", &server.http, "--header", "X-A: a\r\nX-B: b"],
+            "CR, LF",
+        ),
+        (
+            vec!["--http", &server.http, "--header", "no colon"],
+            "no `:`",
+        ),
+        (
+            vec!["--http", &server.http, "--header", "Content-Length: 5"],
+            "writes Content-Length itself",
+        ),
+        (
+            vec!["--tcp", &server.tcp, "--header", "X-A: a"],
+            "for HTTP and WebSocket",
+        ),
+        (
+            vec!["--http", &server.http, "--hello", HELLO],
+            "over HTTP send",
+        ),
+        (
+            vec![
+                "--tcp",
+                &server.tcp,
+                "--hello",
+                r#"{"jsonrpc":"2.0","method":"ping"}"#,
+            ],
+            "needs an id",
+        ),
+        (
+            vec![
+                "--tcp",
+                &server.tcp,
+                "--hello",
+                r#"{"jsonrpc":"2.0","method":"ping","id":1000000001}"#,
+            ],
+            "loadgen's own ids",
+        ),
+        // A server that does not authenticate: rpc.auth is -32601, a connect failure.
+        (vec!["--tcp", &server.tcp, "--hello", HELLO], "-32601"),
+    ] {
+        let e = loadgen_fails(&[&args[..], &["--count", "10"]].concat(), 2);
+        assert!(e.contains(why), "{args:?}: {e}");
+    }
+    // Any other hello answered with a result will do; extra headers go with HTTP.
+    let ping = r#"{"jsonrpc": "2.0", "method": "ping",
+                   "id": "hello"}"#;
+    let v = loadgen(&["--tcp", &server.tcp, "--count", "100", "--hello", ping]);
+    assert_clean(&v, 100, 100);
+    let v = loadgen(&[
+        "--http",
+        &server.http,
+        "--count",
+        "100",
+        "--header",
+        "X-Trace:  a b\t",
+    ]);
+    assert_clean(&v, 100, 100);
 }

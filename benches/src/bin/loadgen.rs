@@ -6,7 +6,7 @@
 //!         | --ws URL | --compare [NAME=]URL... [--rounds 3])
 //!     [--connections 16] [--depth 1] [--batch 0] [--mix subtract:1 | --workload FILE]
 //!     [--duration SECS | --count N] [--warmup SECS] [--threads 1] [--no-verify]
-//!     [--rate N] [--json FILE] [--plot FILE.svg]
+//!     [--rate N] [--json FILE] [--plot FILE.svg] [--header 'NAME: VALUE'] [--hello JSON]
 //! ```
 //!
 //! Each connection keeps `--depth` messages in flight (written back to back: pipelining,
@@ -16,7 +16,17 @@
 //! calls cycle through `--mix` (`subtract:3,ping:1,echo:1,add:1`; a weight defaults to
 //! one) over the demo methods: `subtract` `[42,23]` → 19, `add` `[a,b]` → a+b, `sum`
 //! `[1,2,3,4]` → 10, `ping` → `"pong"`, `echo` (a small object) → the params,
-//! `get_data` → `["hello",5]`, `sleep` `{"ms":--sleep-ms}` → null, `delay` `[--sleep-ms]` → null.
+//! `get_data` → `["hello",5]`, `sleep` `{"ms":--sleep-ms}` → null, `delay` `[--sleep-ms]` → null,
+//! `incr` `[1]` → any integer (a server-wide counter, de-duplicated by the demo server).
+//!
+//! A protected server: `--header 'NAME: VALUE'` (repeatable) adds a header line to every
+//! HTTP request and to the WebSocket handshake (`Authorization: Bearer TOKEN`);
+//! `--hello JSON` (TCP, Unix, WebSocket) sends one request on each connection right
+//! after connecting, before any load, and needs a result back (`rpc.auth`), else the
+//! connection fails (exit 2). Call ids are unique across the connections, threads and
+//! `--compare` rounds of a run (a de-duplicating server keys calls by identity and id),
+//! and a process starts its ids from the clock, so runs one after another do not reuse
+//! them either.
 //!
 //! Every response is verified (unless `--no-verify`, for a server with a fixed answer):
 //! a JSON-RPC 2.0 response whose id is one this connection has outstanding, answered

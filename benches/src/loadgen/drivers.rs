@@ -20,7 +20,7 @@ use rustix::time::{
 };
 
 use super::output::Progress;
-use super::plan::{Addr, Plan, Transport};
+use super::plan::{Addr, Hello, Plan, Transport};
 use super::stats::{Problem, Stats};
 use super::verify::{put_id, snippet, verify_frame};
 use super::workload::{next, ID_BASE, ID_END};
@@ -39,8 +39,10 @@ pub(crate) struct MsgSlot {
 }
 
 /// Messages and calls in flight on one connection. Message slot `m` owns call slots
-/// `m * per .. (m + 1) * per`; a call's id is `ID_BASE + gen * calls + slot`, so an id
-/// leads straight to its slot and a slot's reuse gets new ids.
+/// `m * per .. (m + 1) * per`; a call's id is `ID_BASE + gen * stride + base + slot`
+/// (`Plan::stride`, `Conn::id_base`), so an id leads straight to its slot, a slot's reuse
+/// gets new ids, and no two connections of a run send the same id (a de-duplicating
+/// server keys calls by identity and id: a repeat would be a replay).
 pub(crate) struct Track {
     pub(crate) msgs: Vec<MsgSlot>,
     /// The id of each call slot in flight; 0 when free.
@@ -55,12 +57,14 @@ pub(crate) struct Track {
 }
 
 impl Track {
-    pub(crate) fn new(depth: usize, per: usize, now: Instant) -> Track {
+    /// Room for `depth` messages of `per` calls; their first ids are of generation
+    /// `first_gen` (≥ 1).
+    pub(crate) fn new(depth: usize, per: usize, first_gen: u64, now: Instant) -> Track {
         Track {
             msgs: vec![
                 MsgSlot {
                     template: 0,
-                    gen: 0,
+                    gen: first_gen - 1,
                     sent: now,
                     written: now,
                     remaining: 0,
@@ -117,6 +121,8 @@ impl Track {
 
 pub(crate) struct Conn {
     pub(crate) index: usize,
+    /// Where this connection's ids start within a generation: index × its call slots.
+    pub(crate) id_base: u64,
     pub(crate) stream: Stream,
     pub(crate) out: Vec<u8>,
     pub(crate) wpos: usize,
@@ -190,7 +196,7 @@ impl Conn {
             self.wpos = 0;
         }
         let per = plan.per;
-        let calls = self.track.calls.len() as u64;
+        let stride = plan.stride;
         let open_loop = plan.rate.is_some();
         let mut silent_sent = 0;
         self.eager = false;
@@ -241,11 +247,11 @@ impl Conn {
             let m = m as usize;
             let slot = &mut self.track.msgs[m];
             slot.gen += 1;
-            if ID_BASE + (slot.gen + 1) * calls >= ID_END {
+            if ID_BASE + (slot.gen + 1) * stride >= ID_END {
                 slot.gen = 0;
             }
             for (j, call) in template.calls.iter().enumerate() {
-                let id = ID_BASE + slot.gen * calls + (m * per + j) as u64;
+                let id = ID_BASE + slot.gen * stride + self.id_base + (m * per + j) as u64;
                 put_id(&mut self.out[start + call.at..], id);
                 self.track.calls[m * per + j] = id;
             }
@@ -603,13 +609,109 @@ pub(crate) fn connect(plan: &Plan) -> io::Result<Stream> {
             if plan.transport == Transport::Ws {
                 ws_handshake(&mut s, plan)?;
             }
+            if let Some(h) = &plan.hello {
+                s.set_read_timeout(Some(plan.timeout))?;
+                hello(&mut s, plan, h)?;
+                s.set_read_timeout(None)?;
+            }
             s.set_nonblocking(true)?;
             Ok(Stream::Tcp(TcpStream::from_std(s)))
         }
         Addr::Unix(path) => {
-            let s = std::os::unix::net::UnixStream::connect(path)?;
+            let mut s = std::os::unix::net::UnixStream::connect(path)?;
+            if let Some(h) = &plan.hello {
+                s.set_read_timeout(Some(plan.timeout))?;
+                hello(&mut s, plan, h)?;
+                s.set_read_timeout(None)?;
+            }
             s.set_nonblocking(true)?;
             Ok(Stream::Unix(UnixStream::from_std(s)))
+        }
+    }
+}
+
+/// Sends `--hello` on a fresh (blocking) connection and reads its answer: anything but
+/// a result fails the connection, with the server's error.
+fn hello<S: Read + Write>(s: &mut S, plan: &Plan, h: &Hello) -> io::Result<()> {
+    s.write_all(&h.bytes)?;
+    let answer = match plan.transport {
+        Transport::Ws => ws_read_message(s),
+        _ => read_line(s),
+    }
+    .map_err(|e| match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => io::Error::new(
+            e.kind(),
+            format!(
+                "no answer to --hello within {} s",
+                plan.timeout.as_secs_f64()
+            ),
+        ),
+        _ => e,
+    })?;
+    h.check(&answer).map_err(io::Error::other)
+}
+
+/// The most bytes of a blocking read's answer (--hello).
+const MAX_BLOCKING_ANSWER: usize = 16 << 20;
+
+/// One non-blank line, byte by byte: nothing after it is taken from the socket.
+fn read_line<S: Read>(s: &mut S) -> io::Result<Vec<u8>> {
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    loop {
+        if s.read(&mut b)? == 0 {
+            return Err(io::Error::other("the server closed the connection"));
+        }
+        match b[0] {
+            b'\n' if line.iter().all(u8::is_ascii_whitespace) => line.clear(),
+            b'\n' => return Ok(line),
+            _ if line.len() >= MAX_BLOCKING_ANSWER => {
+                return Err(io::Error::other("an answer line over 16 MiB"))
+            }
+            c => line.push(c),
+        }
+    }
+}
+
+/// One server message (a final text or binary frame), skipping pings and pongs.
+fn ws_read_message<S: Read>(s: &mut S) -> io::Result<Vec<u8>> {
+    loop {
+        let mut h = [0u8; 2];
+        s.read_exact(&mut h)?;
+        let len = match h[1] & 0x7f {
+            126 => {
+                let mut n = [0u8; 2];
+                s.read_exact(&mut n)?;
+                u64::from(u16::from_be_bytes(n))
+            }
+            127 => {
+                let mut n = [0u8; 8];
+                s.read_exact(&mut n)?;
+                u64::from_be_bytes(n)
+            }
+            n => u64::from(n),
+        };
+        if h[1] & 0x80 != 0 || len > MAX_BLOCKING_ANSWER as u64 {
+            return Err(io::Error::other(
+                "a WebSocket frame masked or over 16 MiB from the server",
+            ));
+        }
+        let mut payload = vec![0u8; len as usize];
+        s.read_exact(&mut payload)?;
+        match (h[0] & 0x80 != 0, h[0] & 0x0f) {
+            (true, 1 | 2) => return Ok(payload),
+            (_, 9 | 10) => {}
+            (_, 8) => {
+                return Err(io::Error::other(format!(
+                    "the server closed the WebSocket: {}",
+                    snippet(payload.get(2..).unwrap_or_default())
+                )))
+            }
+            (_, op) => {
+                return Err(io::Error::other(format!(
+                    "an unexpected WebSocket frame (opcode {op}, fragmented?)"
+                )))
+            }
         }
     }
 }
@@ -651,8 +753,8 @@ pub(crate) fn ws_handshake(s: &mut std::net::TcpStream, plan: &Plan) -> io::Resu
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     let request = format!(
         "GET {} HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
-        plan.path, plan.addr
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{}\r\n",
+        plan.path, plan.addr, plan.header_lines
     );
     s.write_all(request.as_bytes())?;
     // Byte by byte up to the head's end: nothing of the frames after it is taken.
@@ -725,6 +827,7 @@ pub(crate) fn worker(
     threads: usize,
     plan: Arc<Plan>,
     connections: usize,
+    first_gen: u64,
     barrier: Arc<Barrier>,
     abort: Arc<AtomicBool>,
     progress: Arc<Progress>,
@@ -745,6 +848,7 @@ pub(crate) fn worker(
             )?;
             conns.push(Conn {
                 index,
+                id_base: (index * plan.depth * plan.per) as u64,
                 stream,
                 out: Vec::with_capacity(plan.depth * plan.max_message + 4096),
                 wpos: 0,
@@ -752,7 +856,7 @@ pub(crate) fn worker(
                 rstart: 0,
                 rlen: 0,
                 scan: 0,
-                track: Track::new(plan.depth, plan.per, now),
+                track: Track::new(plan.depth, plan.per, first_gen, now),
                 next_template: index % plan.templates.len(),
                 quota: plan.quota.as_ref().map_or(0, |q| q[index]),
                 last_rx: now,
@@ -904,6 +1008,12 @@ pub(crate) fn worker(
             }
         }
     }
+    stats.max_gen = conns
+        .iter()
+        .flat_map(|c| &c.track.msgs)
+        .map(|m| m.gen)
+        .max()
+        .unwrap_or(0);
     progress
         .responses
         .store(stats.all_responses, Ordering::Relaxed);

@@ -14,9 +14,9 @@ mod workload;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, OnceLock};
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use clap::Parser;
 use serde::Serialize;
@@ -26,7 +26,7 @@ use output::{curve, summarize, Progress, Summary};
 use plan::{build_plan, Plan, Target, Transport};
 use stats::Stats;
 use ticks::subscribers;
-use workload::messages;
+use workload::{messages, ID_BASE, ID_END};
 
 #[derive(Parser, Clone)]
 #[command(
@@ -68,6 +68,16 @@ pub(crate) struct Args {
     /// (the percentile axis log-scaled, as HdrHistogram plots do).
     #[arg(long, value_name = "FILE.svg")]
     pub(crate) plot: Option<PathBuf>,
+    /// An extra header line in every HTTP request and in the WebSocket handshake,
+    /// `'NAME: VALUE'` (repeatable), e.g. `--header 'Authorization: Bearer TOKEN'`.
+    #[arg(long = "header", value_name = "NAME: VALUE")]
+    pub(crate) headers: Vec<String>,
+    /// One JSON-RPC request sent on each connection (TCP, Unix, WebSocket) right after it
+    /// connects, before any load or warm-up, which must be answered with a result (else
+    /// the connection fails, exit 2); not counted. How a TCP client authenticates:
+    /// `{"jsonrpc":"2.0","method":"rpc.auth","params":{"token":"TOKEN"},"id":0}`.
+    #[arg(long, value_name = "JSON")]
+    pub(crate) hello: Option<String>,
     /// Connections.
     #[arg(long, default_value_t = 16)]
     pub(crate) connections: usize,
@@ -78,7 +88,7 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 0)]
     pub(crate) batch: usize,
     /// Request mix, `method[:weight],...` (subtract, add, sum, ping, echo, get_data, sleep,
-    /// delay).
+    /// delay, incr).
     #[arg(long, default_value = "subtract:1")]
     pub(crate) mix: String,
     /// Messages from FILE instead of --mix: NDJSON request templates, weighted, with
@@ -186,9 +196,37 @@ struct Outcome {
     threads: usize,
 }
 
+/// Where the next run's ids start (0: not yet known). Ids are unique across the runs of
+/// one process (--compare's rounds), each starting above the last one's.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+/// The first id generation of a run whose generations are `stride` ids wide. A process
+/// starts where the clock says, 5 million ids a second (wrapping every half hour), so
+/// that a run started after another one ended normally sends none of its ids either (a
+/// de-duplicating server would take them for retries).
+fn first_gen(stride: u64) -> u64 {
+    let space = ID_END - ID_BASE;
+    let next = match NEXT_ID.load(Ordering::Relaxed) {
+        0 => {
+            let ns = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            ID_BASE + (ns / 200 % u128::from(space)) as u64
+        }
+        n => n,
+    };
+    let gen = (next - ID_BASE).div_ceil(stride).max(1);
+    if ID_BASE + (gen + 1) * stride >= ID_END {
+        1
+    } else {
+        gen
+    }
+}
+
 /// One run against `plan`'s server: connects every connection, loads, joins.
 fn run_once(args: &Args, plan: Arc<Plan>, name: &str) -> Result<Outcome, String> {
     let threads = args.threads.min(args.connections);
+    let first_gen = first_gen(plan.stride);
     let barrier = Arc::new(Barrier::new(threads + 1));
     let abort = Arc::new(AtomicBool::new(false));
     let start = Arc::new(OnceLock::new());
@@ -202,7 +240,19 @@ fn run_once(args: &Args, plan: Arc<Plan>, name: &str) -> Result<Outcome, String>
         let connections = args.connections;
         let h = std::thread::Builder::new()
             .name(format!("loadgen-{t}"))
-            .spawn(move || worker(t, threads, plan, connections, barrier, abort, p, &start));
+            .spawn(move || {
+                worker(
+                    t,
+                    threads,
+                    plan,
+                    connections,
+                    first_gen,
+                    barrier,
+                    abort,
+                    p,
+                    &start,
+                )
+            });
         match h {
             Ok(h) => handles.push(h),
             Err(e) => return Err(format!("cannot start a thread: {e}")),
@@ -224,6 +274,10 @@ fn run_once(args: &Args, plan: Arc<Plan>, name: &str) -> Result<Outcome, String>
             Err(_) => return Err("a worker thread panicked".into()),
         }
     }
+    NEXT_ID.store(
+        ID_BASE + (stats.max_gen + 1).saturating_mul(plan.stride),
+        Ordering::Relaxed,
+    );
     let measure_from = start + plan.warmup;
     let duration_s = stats.last_done.map_or(0.0, |t| {
         t.saturating_duration_since(measure_from).as_secs_f64()
@@ -375,4 +429,23 @@ fn plot_title(args: &Args) -> String {
         "latency by percentile: {what}, {} connections, {load}",
         args.connections
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run starts above the generations the last one reached; near the end of the id
+    /// range it starts again from the first.
+    #[test]
+    fn runs_start_above_the_last_one() {
+        let stride = 1024;
+        assert!(first_gen(stride) >= 1, "from the clock");
+        NEXT_ID.store(ID_BASE + 5 * stride, Ordering::Relaxed);
+        assert_eq!(first_gen(stride), 5);
+        NEXT_ID.store(ID_BASE + 5 * stride + 1, Ordering::Relaxed);
+        assert_eq!(first_gen(stride), 6);
+        NEXT_ID.store(ID_END - stride, Ordering::Relaxed);
+        assert_eq!(first_gen(stride), 1);
+    }
 }

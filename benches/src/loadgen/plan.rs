@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::drivers::ws_header;
-use super::workload::{Call, Messages, Rand, ECHO_PARAMS};
+use super::verify::snippet;
+use super::workload::{Call, Messages, Rand, ECHO_PARAMS, ID_BASE, ID_END};
 use super::Args;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -185,6 +186,127 @@ pub(crate) struct Plan {
     pub(crate) max_message: usize,
     /// Open loop: messages per second, all connections together.
     pub(crate) rate: Option<f64>,
+    /// The `--header` lines, each `NAME: VALUE\r\n` (HTTP heads, WebSocket handshake).
+    pub(crate) header_lines: String,
+    /// The `--hello` request, framed, sent on each connection before the load.
+    pub(crate) hello: Option<Hello>,
+    /// Ids one generation of every message slot of the run takes: connection `i`'s
+    /// call slot `s` of generation `g` is id `ID_BASE + g * stride + i * calls + s`
+    /// (`calls` = depth × calls per message), so ids are unique across connections.
+    pub(crate) stride: u64,
+}
+
+/// The request `--hello` sends on each connection before the load.
+pub(crate) struct Hello {
+    /// As written: compact JSON, framed for the transport.
+    pub(crate) bytes: Vec<u8>,
+    /// Its id, which the answer must carry.
+    id: serde_json::Value,
+}
+
+impl Hello {
+    /// `--hello`'s JSON text: a JSON-RPC 2.0 request with an id outside loadgen's range.
+    pub(crate) fn parse(text: &str, transport: Transport) -> Result<Hello, String> {
+        if transport == Transport::Http {
+            return Err(
+                "--hello is for TCP, Unix sockets and WebSocket: over HTTP send \
+                 credentials with each request (--header 'Authorization: Bearer TOKEN')"
+                    .into(),
+            );
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("--hello: not JSON: {e}"))?;
+        let ok = v.get("jsonrpc").and_then(|j| j.as_str()) == Some("2.0")
+            && v.get("method").is_some_and(|m| m.is_string());
+        if !ok {
+            return Err(
+                "--hello: give one JSON-RPC 2.0 request object (`jsonrpc`, `method`)".into(),
+            );
+        }
+        let id = v
+            .get("id")
+            .cloned()
+            .ok_or("--hello: the request needs an id (its answer is awaited)")?;
+        if id.as_u64().is_some_and(|n| (ID_BASE..ID_END).contains(&n)) {
+            return Err(format!(
+                "--hello: id {id} is in the range of loadgen's own ids ({ID_BASE} to {}): give another",
+                ID_END - 1
+            ));
+        }
+        // Compact: one line on TCP and Unix sockets, whatever the text's spacing.
+        let json = serde_json::to_vec(&v).map_err(|e| e.to_string())?;
+        let mut bytes = match transport {
+            Transport::Ws => ws_header(json.len()),
+            _ => Vec::new(),
+        };
+        bytes.extend_from_slice(&json);
+        if transport.lines() {
+            bytes.push(b'\n');
+        }
+        Ok(Hello { bytes, id })
+    }
+
+    /// Whether `answer` is this request's result; else what it was (the server's error).
+    pub(crate) fn check(&self, answer: &[u8]) -> Result<(), String> {
+        let v: serde_json::Value = serde_json::from_slice(answer).map_err(|e| {
+            format!(
+                "the answer to --hello is not JSON ({e}): {}",
+                snippet(answer)
+            )
+        })?;
+        if v.get("id") != Some(&self.id) || v.get("jsonrpc").and_then(|j| j.as_str()) != Some("2.0")
+        {
+            return Err(format!(
+                "the answer to --hello is not a JSON-RPC 2.0 response with its id: {}",
+                snippet(answer)
+            ));
+        }
+        match (v.get("result"), v.get("error")) {
+            (Some(_), None) => Ok(()),
+            (None, Some(e)) => Err(format!("--hello was answered with an error: {e}")),
+            _ => Err(format!(
+                "the answer to --hello is not a JSON-RPC 2.0 response: {}",
+                snippet(answer)
+            )),
+        }
+    }
+}
+
+/// Header names loadgen writes itself (framing, the WebSocket handshake).
+const OWN_HEADERS: [&str; 8] = [
+    "host",
+    "content-length",
+    "content-type",
+    "transfer-encoding",
+    "connection",
+    "upgrade",
+    "sec-websocket-key",
+    "sec-websocket-version",
+];
+
+/// `--header 'NAME: VALUE'` → the line `NAME: VALUE\r\n`. NAME must be an HTTP token
+/// (RFC 9110), VALUE free of CR, LF and other control characters but tab. Error
+/// messages name the header, never its value (it may be a secret).
+pub(crate) fn header_line(spec: &str) -> Result<String, String> {
+    let (name, value) = spec
+        .split_once(':')
+        .ok_or("--header: no `:` (give 'NAME: VALUE')")?;
+    let tchar = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if name.is_empty() || !name.chars().all(tchar) {
+        return Err(format!(
+            "--header: the name {name:?} is not an HTTP token (letters, digits and !#$%&'*+-.^_`|~, no spaces)"
+        ));
+    }
+    if OWN_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+        return Err(format!("--header: loadgen writes {name} itself"));
+    }
+    let value = value.trim_matches([' ', '\t']);
+    if value.chars().any(|c| c.is_control() && c != '\t') {
+        return Err(format!(
+            "--header {name}: the value holds a CR, LF or another control character"
+        ));
+    }
+    Ok(format!("{name}: {value}\r\n"))
 }
 
 pub(crate) fn build_plan(args: &Args, target: &Target, msgs: &Messages) -> Result<Plan, String> {
@@ -192,13 +314,39 @@ pub(crate) fn build_plan(args: &Args, target: &Target, msgs: &Messages) -> Resul
         return Err("--connections, --depth and --threads must be at least 1".into());
     }
     let transport = target.transport;
+    let header_lines = args
+        .headers
+        .iter()
+        .map(|h| header_line(h))
+        .collect::<Result<String, _>>()?;
+    if !header_lines.is_empty() && transport.lines() {
+        return Err(format!(
+            "--header is for HTTP and WebSocket, not {} (authenticate there with --hello)",
+            transport.name()
+        ));
+    }
+    let hello = match &args.hello {
+        Some(text) => Some(Hello::parse(text, transport)?),
+        None => None,
+    };
+    // Every call slot of every connection, one generation; at least two generations fit.
+    let stride = (args.connections as u64)
+        .saturating_mul(args.depth as u64)
+        .saturating_mul(msgs.per as u64);
+    if stride > (ID_END - ID_BASE) / 2 {
+        return Err(format!(
+            "--connections x --depth x calls per message is {stride}: loadgen's 10-digit ids \
+             allow at most {}",
+            (ID_END - ID_BASE) / 2
+        ));
+    }
     let mut templates = Vec::with_capacity(msgs.bodies.len());
     for b in &msgs.bodies {
         let body = &b.json;
         let mut bytes = match transport {
             Transport::Tcp | Transport::Unix => Vec::new(),
             Transport::Http => format!(
-                "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{header_lines}\r\n",
                 target.path,
                 target.authority,
                 body.len()
@@ -266,6 +414,9 @@ pub(crate) fn build_plan(args: &Args, target: &Target, msgs: &Messages) -> Resul
         duration,
         max_message,
         rate,
+        header_lines,
+        hello,
+        stride,
     })
 }
 
@@ -290,4 +441,53 @@ pub(crate) fn parse_url(url: &str, scheme: &str) -> Result<(String, String), Str
         format!("{authority}:80")
     };
     Ok((authority, path.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_lines_are_checked() {
+        assert_eq!(
+            header_line("Authorization:  Bearer t0k\t").unwrap(),
+            "Authorization: Bearer t0k\r\n"
+        );
+        assert_eq!(header_line("X-Empty:").unwrap(), "X-Empty: \r\n");
+        for (spec, why) in [
+            ("Authorization Bearer secret", "no `:`"),
+            (": v", "not an HTTP token"),
+            ("X A: v", "not an HTTP token"),
+            ("X-A : v", "not an HTTP token"),
+            ("X-A: a\r\nX-B: b", "control character"),
+            ("X-A: a\nb", "control character"),
+            ("X-A: a\0", "control character"),
+            ("host: x", "itself"),
+        ] {
+            let e = header_line(spec).unwrap_err();
+            assert!(e.contains(why), "{spec:?}: {e}");
+            assert!(!e.contains("secret"), "a value in {e}");
+        }
+    }
+
+    #[test]
+    fn hello_is_one_line_and_its_answer_is_checked() {
+        let text = "{\"jsonrpc\": \"2.0\",\n \"method\": \"rpc.auth\", \"params\": {\"token\": \"t\"}, \"id\": 0}";
+        let h = Hello::parse(text, Transport::Tcp).unwrap();
+        assert_eq!(h.bytes.iter().filter(|&&b| b == b'\n').count(), 1);
+        assert_eq!(h.bytes.last(), Some(&b'\n'));
+        assert!(h
+            .check(br#"{"jsonrpc":"2.0","id":0,"result":{"identity":"x"}}"#)
+            .is_ok());
+        let e = h
+            .check(br#"{"jsonrpc":"2.0","id":0,"error":{"code":-32040,"message":"no"}}"#)
+            .unwrap_err();
+        assert!(e.contains("-32040"), "{e}");
+        assert!(h.check(br#"{"jsonrpc":"2.0","id":1,"result":1}"#).is_err());
+        assert!(h.check(b"nope").is_err());
+        let ws = Hello::parse(text, Transport::Ws).unwrap();
+        assert_eq!(ws.bytes[0], 0x81, "a text frame");
+        assert!(Hello::parse(text, Transport::Http).is_err());
+        assert!(Hello::parse("[]", Transport::Tcp).is_err());
+    }
 }

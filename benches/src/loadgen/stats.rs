@@ -63,6 +63,8 @@ pub(crate) struct Stats {
     pub(crate) last_done: Option<Instant>,
     pub(crate) reports: u32,
     pub(crate) thread: usize,
+    /// The highest id generation a message slot reached (the next run starts above).
+    pub(crate) max_gen: u64,
 }
 
 impl Stats {
@@ -82,6 +84,7 @@ impl Stats {
             last_done: None,
             reports: 0,
             thread,
+            max_gen: 0,
         }
     }
 
@@ -154,6 +157,7 @@ impl Stats {
         }
         self.notifications += o.notifications;
         self.last_done = self.last_done.max(o.last_done);
+        self.max_gen = self.max_gen.max(o.max_gen);
     }
 }
 

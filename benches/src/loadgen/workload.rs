@@ -23,6 +23,8 @@ pub(crate) enum Method {
     GetData,
     Sleep,
     Delay,
+    /// The demo's de-duplicated counter: `[1]` → the counter's new value.
+    Incr,
 }
 
 impl Method {
@@ -36,6 +38,7 @@ impl Method {
             Method::GetData => "get_data",
             Method::Sleep => "sleep",
             Method::Delay => "delay",
+            Method::Incr => "incr",
         }
     }
 
@@ -49,6 +52,7 @@ impl Method {
             "get_data" => Method::GetData,
             "sleep" => Method::Sleep,
             "delay" => Method::Delay,
+            "incr" => Method::Incr,
             _ => return None,
         })
     }
@@ -62,6 +66,8 @@ pub(crate) enum Expect {
     GetData,
     Null,
     Echo,
+    /// Any integer (`incr`: the counter's value depends on every other call).
+    AnyInt,
     /// Equal, as a JSON value, to `Messages::expected[i]` (a workload's `expect`).
     Value(u32),
     /// Anything (a workload line without `expect`): only the id is checked.
@@ -311,7 +317,7 @@ fn parse_mix(mix: &str) -> Result<Vec<Method>, String> {
         };
         let m = Method::parse(name).ok_or_else(|| {
             format!(
-                "unknown method {name:?} (subtract, add, sum, ping, echo, get_data, sleep, delay)"
+                "unknown method {name:?} (subtract, add, sum, ping, echo, get_data, sleep, delay, incr)"
             )
         })?;
         if weight > 0 {
@@ -346,6 +352,7 @@ fn call_json(m: Method, position: usize, sleep_ms: u64, label: usize, out: &mut 
             Expect::Null,
         ),
         Method::Delay => ("delay", Some(format!("[{sleep_ms}]")), Expect::Null),
+        Method::Incr => ("incr", Some("[1]".into()), Expect::AnyInt),
     };
     out.extend_from_slice(br#"{"jsonrpc":"2.0","method":""#);
     out.extend_from_slice(method.as_bytes());
@@ -364,7 +371,7 @@ fn call_json(m: Method, position: usize, sleep_ms: u64, label: usize, out: &mut 
         Expect::GetData => r#"["hello",5]"#.into(),
         Expect::Null => "null".into(),
         Expect::Echo => ECHO_PARAMS.into(),
-        Expect::Value(_) | Expect::Any => String::new(),
+        Expect::Value(_) | Expect::Any | Expect::AnyInt => String::new(),
     };
     Call {
         at,
