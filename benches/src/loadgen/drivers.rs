@@ -250,8 +250,9 @@ impl Conn {
             if ID_BASE + (slot.gen + 1) * stride >= ID_END {
                 slot.gen = 0;
             }
+            let first = ID_BASE + slot.gen * stride + self.id_base + (m * per) as u64;
             for (j, call) in template.calls.iter().enumerate() {
-                let id = ID_BASE + slot.gen * stride + self.id_base + (m * per + j) as u64;
+                let id = first + j as u64;
                 put_id(&mut self.out[start + call.at..], id);
                 self.track.calls[m * per + j] = id;
             }

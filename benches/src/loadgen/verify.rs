@@ -183,16 +183,22 @@ pub(crate) fn fast_answers(
         let template = track.msgs[slot / plan.per].template as usize;
         let call = &plan.templates[template].calls[slot % plan.per];
         let q = at + ID_DIGITS;
-        let Some(result) = frame.get(q..).and_then(|rest| rest.strip_prefix(FAST_MID)) else {
+        let Some(rest) = frame.get(q..) else {
             return false;
         };
-        // The result's length; 0 when it is not the expected one.
-        let len = match call.expect {
-            Expect::AnyInt => int_len(result),
-            _ if result.starts_with(&call.canon) => call.canon.len(),
-            _ => 0,
+        let canon = &call.canon;
+        // The result's length, once it is the expected one.
+        let len = if let Expect::AnyInt = call.expect {
+            match rest.strip_prefix(FAST_MID).map(int_len) {
+                Some(n) if n > 0 => n,
+                _ => return false,
+            }
+        } else if rest.starts_with(FAST_MID) && rest[FAST_MID.len()..].starts_with(canon) {
+            canon.len()
+        } else {
+            return false;
         };
-        if len == 0 || result.get(len) != Some(&b'}') {
+        if rest.get(FAST_MID.len() + len) != Some(&b'}') {
             return false;
         }
         if seen.len() == seen.capacity() {
