@@ -13,7 +13,7 @@
 # five demo servers on free ports (TCP and HTTP each), all on CPU 1, loadgen on CPU 0
 # (with fewer than 2 CPUs, unpinned):
 #   none      no guard
-#   auth      --auth-file: key `bench` (allow ping, incr), no rate limit
+#   auth      --auth-file: keys `bench-N` (allow ping, incr; one per load), no rate limit
 #   keyrate   --auth-file: the same key with rate 1e9/s, burst 1e6 (never reached)
 #   peerrate  --rate-limit 1000000000:1000000 per peer address, callers anonymous
 #   dedup     --auth-file as `auth`, and --dedup memory
@@ -41,23 +41,19 @@ if [ "$(nproc)" -ge 2 ]; then srv=(taskset -c 1); lg=(taskset -c 0); fi
 out=${keep:-$tmp}
 mkdir -p "$out"
 
-token=b3nch-t0ken
-cat >"$tmp/keys.toml" <<EOF
-[[key]]
-name  = "bench"
-token = "$token"
-allow = ["ping", "incr"]
-EOF
-cat >"$tmp/keys-rate.toml" <<EOF
-[[key]]
-name  = "bench"
-token = "$token"
-allow = ["ping", "incr"]
-rate  = 1e9
-burst = 1000000
-EOF
-hello='{"jsonrpc":"2.0","method":"rpc.auth","params":{"token":"'$token'"},"id":0}'
-header="Authorization: Bearer $token"
+# A key per load, so that no two loadgen processes send `incr` under one identity: the
+# de-dup key is (identity, id), and ids are surely unique only within one process.
+: >"$tmp/keys.toml"
+: >"$tmp/keys-rate.toml"
+n=0
+for spec in $LOADS; do
+  n=$((n + 1))
+  for f in keys keys-rate; do
+    printf '[[key]]\nname  = "bench-%s"\ntoken = "b3nch-t0ken-%s"\nallow = ["ping", "incr"]\n' "$n" "$n" >>"$tmp/$f.toml"
+  done
+  printf 'rate  = 1e9\nburst = 1000000\n\n' >>"$tmp/keys-rate.toml"
+  printf '\n' >>"$tmp/keys.toml"
+done
 
 declare -A tcp http
 # start NAME FLAGS...: a demo server on free ports; its addresses in tcp[NAME], http[NAME].
@@ -84,10 +80,10 @@ group() {
   for n; do
     if [ "$transport" = tcp ]; then urls+=("$n=tcp://${tcp[$n]}"); else urls+=("$n=http://${http[$n]}/"); fi
   done
-  local auth=()
+  local auth=() token=b3nch-t0ken-$key
   case $cred in
-  hello) auth=(--hello "$hello") ;;
-  header) auth=(--header "$header") ;;
+  hello) auth=(--hello '{"jsonrpc":"2.0","method":"rpc.auth","params":{"token":"'"$token"'"},"id":0}') ;;
+  header) auth=(--header "Authorization: Bearer $token") ;;
   esac
   echo "== $transport $load, $mix: $*"
   "${lg[@]}" "$bin/loadgen" --compare "${urls[@]}" --rounds "$ROUNDS" --duration "$DURATION" \
@@ -96,7 +92,9 @@ group() {
 }
 
 files=()
+key=0
 for spec in $LOADS; do
+  key=$((key + 1))
   transport=${spec%%:*} load=${spec#*:}
   if [ "$transport" = tcp ]; then
     group "tcp-$load-ping-anon" tcp "$load" ping none none peerrate
