@@ -113,7 +113,8 @@ pub struct Engine {
     sampler: Sampler,
     /// One line per call, if set ([`Engine::with_access_log`]).
     access_log: Option<Arc<AccessLog>>,
-    /// Neither hooks nor a guard: plain calls take the straight path.
+    /// Neither hooks nor an access log: plain calls take the straight path (through
+    /// the guard, if one is set).
     bare: bool,
 }
 
@@ -217,7 +218,6 @@ impl Engine {
     /// hooks' `before`.
     pub fn with_guard(mut self, guard: Guard) -> Self {
         self.guard = Some(Arc::new(guard));
-        self.bare = false;
         self
     }
 
@@ -706,6 +706,16 @@ impl Engine {
         // none) answered here.
         let plain = entry.is_none_or(crate::dispatch::registry::Entry::is_plain);
         if plain && self.bare && !source.sampled() {
+            if let Some(g) = self.guard.as_deref() {
+                // Checked, then answered with nothing else set up; a budget to read is
+                // read after the check, where everything else is.
+                if header.is_none() && !req.params.is_object() && defer.hooks() {
+                    return self.single_guarded(g, req, entry, source, out, limit, defer);
+                }
+                return self.single_with(
+                    req, entry, nodes, raw, source, out, limit, defer, element, header,
+                );
+            }
             // A budget can only be in a header or in object params: calls with neither
             // (the common case) pay two tests, no clock read and no scan.
             if header.is_some() || req.params.is_object() {
@@ -738,6 +748,36 @@ impl Engine {
         self.single_with(
             req, entry, nodes, raw, source, out, limit, defer, element, header,
         )
+    }
+
+    /// [`Engine::single`] for a plain call with neither a budget nor a trace to read,
+    /// on an engine whose only check is its guard: the guard's verdict, then the call.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn single_guarded(
+        &self,
+        g: &Guard,
+        req: crate::codec::request::Request<'_>,
+        entry: Option<&crate::dispatch::registry::Entry>,
+        source: &Source<'_>,
+        out: &mut Vec<u8>,
+        limit: usize,
+        defer: &mut dyn Deferrals,
+    ) -> Answer {
+        let metric = self.metric(entry);
+        if let Err((denied, _)) = self.guard_call(g, &req, metric, source, out, defer) {
+            return denied;
+        }
+        let max = self.config.max_response_bytes;
+        let d = crate::dispatch::dispatch_plain(entry, req, out, limit, max);
+        // Through the sink, whatever the tally: the server answers HTTP 429 when every
+        // call of a request was limited, so it counts those let through as well.
+        defer.outcome(metric, d.code);
+        if d.wrote {
+            Answer::Wrote
+        } else {
+            Answer::Nothing
+        }
     }
 
     /// [`Engine::single`] for the rest: hooks, context-aware handlers, calls answered
@@ -1166,8 +1206,8 @@ impl Engine {
     }
 
     /// [`Engine::handle_split`] for a sink whose [`Deferrals::outcome`] only counts
-    /// calls in `local` (and for rate limits, which a straight-path call never meets):
-    /// the straight path counts its calls there itself, without the sink.
+    /// calls in `local` (and rate limits, for which a guarded engine's calls all go
+    /// through the sink): the straight path counts its calls there itself, without it.
     pub(crate) fn handle_split_counted(
         &self,
         frame: &[u8],

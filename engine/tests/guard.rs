@@ -328,6 +328,24 @@ fn a_batch_is_charged_per_element() {
 }
 
 #[test]
+fn an_http_batch_only_partly_limited_is_answered_200() {
+    // `metered`: burst 10. Twelve plain calls in one HTTP request: ten answered, two
+    // limited; the request as a whole was not refused, so no 429.
+    let (s, _e) = serve(keys(""));
+    let batch: Vec<Value> = (1..=12).map(|i| req("ping", json!([]), i)).collect();
+    let (status, _h, body) = post(
+        s.http,
+        &[("Authorization", "Bearer m3tered")],
+        &Value::Array(batch),
+    );
+    assert_eq!(status, 200, "{body}");
+    let codes: Vec<i64> = body.as_array().unwrap().iter().map(code).collect();
+    assert_eq!(codes.iter().filter(|&&c| c == 0).count(), 10, "{body}");
+    assert_eq!(codes.iter().filter(|&&c| c == -32005).count(), 2, "{body}");
+    s.stop();
+}
+
+#[test]
 fn weights_charge_more_per_call() {
     // `metered` has a burst of 10 and `sum` weighs 5: two sums pass, the third does not.
     let (s, _e) = serve(keys(""));

@@ -4,7 +4,11 @@
 //!
 //! ```text
 //! cargo run --release -p benches --bin protect_cost -- [ROUNDS]
+//! cargo run --release -p benches --bin protect_cost -- profile VARIANT CALLS
 //! ```
+//!
+//! `profile` runs one variant's loop alone (after filling its store), for counting
+//! instructions under callgrind: run it with two call counts and divide the difference.
 //!
 //! The criterion bench `guard` measures the same calls one after another, so on a
 //! shared machine whose speed drifts, its differences drift too. Here each round times
@@ -125,10 +129,9 @@ fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
 }
 
 fn main() {
-    let rounds: usize = std::env::args()
-        .nth(1)
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(15);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let profile = args.first().map(String::as_str) == Some("profile");
+    let rounds: usize = args.first().and_then(|r| r.parse().ok()).unwrap_or(15);
     let keyed = || Guard::new().with_keys_toml(KEYS).expect("keys");
     let engine = || demo::engine(Config::default());
     let peer = Peer::Ip(SocketAddr::from((Ipv4Addr::LOCALHOST, 40000)));
@@ -209,6 +212,23 @@ fn main() {
     let mut out = Vec::with_capacity(1024);
     // Each de-duplicating variant keeps its own ids going, so none comes back early.
     let mut next = vec![0usize; variants.len()];
+    if profile {
+        let name = args.get(1).map_or("ping", String::as_str);
+        let calls: usize = args.get(2).and_then(|c| c.parse().ok()).unwrap_or(100_000);
+        let Some(i) = variants.iter().position(|(v, _)| v.name == name) else {
+            eprintln!("protect_cost: no variant {name:?}");
+            std::process::exit(2);
+        };
+        let v = &variants[i].0;
+        let _ = v.time(
+            if v.dedup { IDS } else { 10_000 },
+            &frames,
+            &mut next[i],
+            &mut out,
+        );
+        let _ = v.time(calls, &frames, &mut next[i], &mut out);
+        return;
+    }
     // Fill the stores first: the steady state is a full store that evicts.
     for (i, (v, _)) in variants.iter().enumerate() {
         let _ = v.time(
