@@ -769,7 +769,8 @@ impl Engine {
             return denied;
         }
         let max = self.config.max_response_bytes;
-        let d = crate::dispatch::dispatch_plain(entry, req, out, limit, max);
+        // Not `dispatch_plain`: a second caller would take it out of the straight path.
+        let d = dispatch(entry, req, None, source, out, limit, max);
         // Through the sink, whatever the tally: the server answers HTTP 429 when every
         // call of a request was limited, so it counts those let through as well.
         defer.outcome(metric, d.code);
