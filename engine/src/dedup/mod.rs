@@ -141,12 +141,84 @@ pub(crate) trait Store: Send + Sync {
     fn remote(&self) -> bool;
 }
 
+/// The stores, as one concrete type: the engine calls them directly, not through a
+/// `dyn Store` (two dynamic calls per call, and nothing inlined across them).
+pub(crate) enum Backend {
+    /// [`Dedup::memory`].
+    Memory(memory::MemoryStore),
+    /// [`Dedup::redis`].
+    #[cfg(feature = "redis")]
+    Redis(redis::RedisStore),
+}
+
+/// Calls `$call` on whichever store `$b` is.
+macro_rules! each {
+    ($b:expr, $s:ident => $call:expr) => {
+        match $b {
+            Backend::Memory($s) => $call,
+            #[cfg(feature = "redis")]
+            Backend::Redis($s) => $call,
+        }
+    };
+}
+
+impl Backend {
+    /// [`Store::digest`].
+    #[inline]
+    pub(crate) fn digest(&self, parts: &[&[u8]]) -> Digest {
+        each!(self, s => s.digest(parts))
+    }
+
+    /// [`Store::id_digest`].
+    #[inline]
+    pub(crate) fn id_digest(&self, who: &str, id: Id<'_>) -> Digest {
+        each!(self, s => s.id_digest(who, id))
+    }
+
+    /// [`Store::fingerprint`].
+    #[inline]
+    pub(crate) fn fingerprint(&self, method: &str, params: &Params<'_>) -> Digest {
+        each!(self, s => s.fingerprint(method, params))
+    }
+
+    /// [`Store::claim`].
+    #[inline]
+    pub(crate) fn claim(&self, key: &Digest, fp: &Digest, id: Id<'_>, out: &mut Vec<u8>) -> Claim {
+        each!(self, s => s.claim(key, fp, id, out))
+    }
+
+    /// [`Store::finish`].
+    #[inline]
+    pub(crate) fn finish(
+        &self,
+        key: &Digest,
+        fp: &Digest,
+        slot: u64,
+        tail: &[u8],
+        code: Option<i32>,
+    ) {
+        each!(self, s => s.finish(key, fp, slot, tail, code))
+    }
+
+    /// [`Store::release`].
+    #[inline]
+    pub(crate) fn release(&self, key: &Digest, fp: &Digest, slot: u64) {
+        each!(self, s => s.release(key, fp, slot))
+    }
+
+    /// [`Store::remote`].
+    #[inline]
+    pub(crate) fn remote(&self) -> bool {
+        each!(self, s => s.remote())
+    }
+}
+
 /// A de-duplication store for an [`Engine`](crate::Engine) ([`Engine::with_dedup`]).
 ///
 /// [`Engine::with_dedup`]: crate::Engine::with_dedup
 #[derive(Clone)]
 pub struct Dedup {
-    pub(crate) store: Arc<dyn Store>,
+    pub(crate) store: Arc<Backend>,
 }
 
 impl fmt::Debug for Dedup {
@@ -162,7 +234,7 @@ impl Dedup {
     /// first), each for `ttl`.
     pub fn memory(max_bytes: usize, ttl: Duration) -> Self {
         Self {
-            store: Arc::new(memory::MemoryStore::new(max_bytes, ttl)),
+            store: Arc::new(Backend::Memory(memory::MemoryStore::new(max_bytes, ttl))),
         }
     }
 
@@ -179,7 +251,7 @@ impl Dedup {
     #[cfg(feature = "redis")]
     pub fn redis(url: &str, ttl: Duration, fail_open: bool) -> Result<Self, DedupError> {
         Ok(Self {
-            store: Arc::new(redis::RedisStore::new(url, ttl, fail_open)?),
+            store: Arc::new(Backend::Redis(redis::RedisStore::new(url, ttl, fail_open)?)),
         })
     }
 
@@ -223,7 +295,7 @@ impl Dedup {
 /// A claimed call's way to its store's [`Store::finish`], wherever it is answered.
 #[derive(Clone)]
 pub(crate) struct Ticket {
-    pub(crate) store: Arc<dyn Store>,
+    pub(crate) store: Arc<Backend>,
     pub(crate) key: Digest,
     pub(crate) fp: Digest,
     /// Where the claim put it ([`Claim::Run`]).
@@ -247,7 +319,7 @@ impl Ticket {
 /// Stores `answer` (a whole response object) of the call claimed as `key` in `slot`, or
 /// frees the key if the call did not start (its code says it was refused).
 pub(crate) fn settle(
-    store: &dyn Store,
+    store: &Backend,
     key: &Digest,
     fp: &Digest,
     slot: u64,
