@@ -496,41 +496,31 @@ impl Shard {
     #[cold]
     #[inline(never)]
     fn rebuild(&mut self) {
-        // A place empty before stale entries are emptied: no entry's probe crosses it
-        // (there is one: the table is at most three quarters full).
-        let start = self.index.table.iter().position(|&e| e == 0);
-        let mut live = 0;
-        for i in 0..self.index.table.len() {
-            let e = self.index.table[i];
-            if e != 0 && self.stale(e) {
-                self.index.table[i] = 0;
-            } else if e != 0 {
-                live += 1;
-            }
-        }
         let size = self.index.table.len();
-        self.index.len = 0;
-        match start {
-            Some(start) if (live + 1) * 2 <= size => {
-                // The same size, in place (no second table to keep or allocate): every
-                // entry taken out and put back, in order from `start`, so each lands
-                // between its home and where it was.
-                let mask = self.index.mask();
-                for i in 1..=size {
-                    let at = (start + i) & mask;
-                    let e = std::mem::take(&mut self.index.table[at]);
-                    if e != 0 {
-                        self.index.put(e);
-                    }
+        // A place empty before the pass: no entry's probe crosses it (there is one: the
+        // table is at most three quarters full).
+        if let Some(start) = self.index.table.iter().position(|&e| e == 0) {
+            // In place, in one pass (no second table to keep or allocate): every entry
+            // taken out in order from `start`, a stale one dropped, a live one put back,
+            // so that each lands between its home and where it was (every place there
+            // was passed already).
+            let mask = self.index.mask();
+            self.index.len = 0;
+            for i in 1..=size {
+                let at = (start + i) & mask;
+                let e = std::mem::take(&mut self.index.table[at]);
+                if e != 0 && !self.stale(e) {
+                    self.index.put(e);
                 }
             }
-            _ => {
-                // Grown (only while the store grows): a new table, the entries put in.
-                let old = std::mem::replace(&mut self.index.table, vec![0; (size * 2).max(16)]);
-                for &e in &old {
-                    if e != 0 {
-                        self.index.put(e);
-                    }
+        }
+        if (self.index.len + 1) * 2 > size {
+            // Grown (only while the store grows): a new table, the entries put in.
+            let old = std::mem::replace(&mut self.index.table, vec![0; (size * 2).max(16)]);
+            self.index.len = 0;
+            for &e in &old {
+                if e != 0 && !self.stale(e) {
+                    self.index.put(e);
                 }
             }
         }
