@@ -18,12 +18,12 @@
 use std::hash::BuildHasher;
 
 use foldhash::fast::RandomState;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use simd_json::{Node, StaticNode};
 
-use super::{write_replay, Claim, Digest, Store};
+use super::{write_replay, Claim, Digest, Identity, Store};
 use crate::codec::Id;
 use crate::hash::fold;
 use crate::Params;
@@ -376,7 +376,7 @@ impl MemoryStore {
             max_bytes: (max_bytes / SHARDS).max(ENTRY_OVERHEAD * 4),
             ttl_ns: u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX),
             epoch: coarse_now_ns(),
-            seeds: Seeds::random(),
+            seeds: Seeds::process(),
         }
     }
 
@@ -759,14 +759,20 @@ struct Seeds {
 }
 
 impl Seeds {
-    fn random() -> Self {
-        // foldhash's per-process random seed, hashed: three secret words.
-        let r = RandomState::default();
-        Self {
-            start: r.hash_one(1u64),
-            mul: r.hash_one(2u64) | 1,
-            last: r.hash_one(3u64) | 1,
-        }
+    /// This process's seeds, drawn once: every store hashes alike, so that an identity's
+    /// part of its id keys is hashed once, when it authenticates ([`identity_state`]),
+    /// not per call. Still secret (random per process).
+    fn process() -> Self {
+        static SEEDS: OnceLock<Seeds> = OnceLock::new();
+        *SEEDS.get_or_init(|| {
+            // foldhash's per-process random seed, hashed: three secret words.
+            let r = RandomState::default();
+            Self {
+                start: r.hash_one(1u64),
+                mul: r.hash_one(2u64) | 1,
+                last: r.hash_one(3u64) | 1,
+            }
+        })
     }
 
     #[inline(always)]
@@ -836,6 +842,17 @@ impl Mix {
     }
 }
 
+/// The hash state after an id key's identity part ([`ID_KEY`] and the identity's
+/// length, then its bytes): [`Store::id_digest`] of the memory store goes on from here,
+/// so that an identity is hashed once ([`Identity::new`]), not per call. [`ID_KEY`]
+/// first: these keys and [`Store::digest`]'s never meet.
+pub(crate) fn identity_state(name: &str) -> u64 {
+    let mut h = Seeds::process().hasher();
+    h.word(ID_KEY | name.len() as u64);
+    h.bytes(name.as_bytes());
+    h.acc
+}
+
 /// The first words of the three kinds of digests, told apart: a [`Store::digest`] starts
 /// with its first part's length (far below 2^48), an id key and a fingerprint with
 /// these marks in the top 16 bits (and their first part's length below).
@@ -871,13 +888,12 @@ impl Store for MemoryStore {
         h.digest()
     }
 
-    fn id_digest(&self, who: &str, id: Id<'_>) -> Digest {
-        // The id typed, as numbers, not as text (no formatting): 1, "1" and 1.0 differ;
-        // 1 read as signed or unsigned does not. [`ID_KEY`] first: these keys and
-        // [`Store::digest`]'s never meet.
+    fn id_digest(&self, who: &Identity<'_>, id: Id<'_>) -> Digest {
+        // The identity's part hashed when it authenticated ([`identity_state`]), then
+        // the id typed, as numbers, not as text (no formatting): 1, "1" and 1.0 differ;
+        // 1 read as signed or unsigned does not.
         let mut h = self.seeds.hasher();
-        h.word(ID_KEY | who.len() as u64);
-        h.bytes(who.as_bytes());
+        h.acc = who.state;
         match id {
             Id::Null => h.word(0),
             Id::Str(s) => h.tagged_bytes(1, s.as_bytes()),
@@ -1330,24 +1346,53 @@ mod tests {
         let fp = s.digest(&[b"f"]);
         let mut out = Vec::new();
         for i in 0..1_600u32 {
-            let k = s.id_digest("app", Id::UInt(u64::from(i)));
+            let k = s.id_digest(&Identity::new("app"), Id::UInt(u64::from(i)));
             run(s.claim(&k, &fp, Id::Null, &mut out));
         }
         let spread = s.spread();
         assert!(spread.iter().all(|&n| n > 50), "{spread:?}");
     }
 
+    /// An identity's part of its keys is hashed once, when it authenticates, under the
+    /// process's seeds: a state kept since then keys as the name hashed now does, in any
+    /// store of the process (a retry on another connection, or another engine sharing
+    /// nothing, finds the same key).
+    #[test]
+    fn an_identity_hashed_once_keys_as_its_name_does() {
+        let (a, b) = (store(1 << 20, 600_000), store(1 << 20, 600_000));
+        let kept = Identity {
+            name: "app",
+            state: identity_state("app"),
+        };
+        for id in [
+            Id::Null,
+            Id::Int(7),
+            Id::UInt(7),
+            Id::Str("7"),
+            Id::Float(7.5),
+        ] {
+            assert_eq!(
+                a.id_digest(&kept, id),
+                b.id_digest(&Identity::new("app"), id)
+            );
+            assert_ne!(
+                a.id_digest(&kept, id),
+                a.id_digest(&Identity::new("app2"), id)
+            );
+        }
+    }
+
     #[test]
     fn id_keys_are_typed() {
         let s = store(1 << 20, 600_000);
         let keys = [
-            s.id_digest("app", Id::Null),
-            s.id_digest("app", Id::Str("1")),
-            s.id_digest("app", Id::UInt(1)),
-            s.id_digest("app", Id::Float(1.0)),
-            s.id_digest("app", Id::Int(-1)),
-            s.id_digest("ap", Id::Str("p1")),
-            s.id_digest("app", Id::Str("")),
+            s.id_digest(&Identity::new("app"), Id::Null),
+            s.id_digest(&Identity::new("app"), Id::Str("1")),
+            s.id_digest(&Identity::new("app"), Id::UInt(1)),
+            s.id_digest(&Identity::new("app"), Id::Float(1.0)),
+            s.id_digest(&Identity::new("app"), Id::Int(-1)),
+            s.id_digest(&Identity::new("ap"), Id::Str("p1")),
+            s.id_digest(&Identity::new("app"), Id::Str("")),
         ];
         for (i, a) in keys.iter().enumerate() {
             for b in &keys[i + 1..] {
@@ -1356,11 +1401,11 @@ mod tests {
         }
         // 1 read as signed or unsigned is the same id.
         assert_eq!(
-            s.id_digest("app", Id::Int(1)),
-            s.id_digest("app", Id::UInt(1))
+            s.id_digest(&Identity::new("app"), Id::Int(1)),
+            s.id_digest(&Identity::new("app"), Id::UInt(1))
         );
         // Never a key of another kind (an Idempotency-Key's parts).
-        assert_ne!(s.id_digest("", Id::Null), s.digest(&[]));
+        assert_ne!(s.id_digest(&Identity::new(""), Id::Null), s.digest(&[]));
         assert_ne!(s.digest(&[b"ab", b"c"]), s.digest(&[b"a", b"bc"]));
     }
 }

@@ -84,6 +84,27 @@ pub const DEFAULT_MAX_BYTES: usize = 64 << 20;
 /// to 128 bits (the same in every instance) for Redis.
 pub(crate) type Digest = [u8; 16];
 
+/// An authenticated identity, as de-duplication keys use it: its name, and the memory
+/// store's hash of it ([`memory::identity_state`]), made once when it authenticated
+/// instead of per call.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Identity<'a> {
+    /// The name handlers and logs see.
+    pub(crate) name: &'a str,
+    /// `memory::identity_state(name)`.
+    pub(crate) state: u64,
+}
+
+impl<'a> Identity<'a> {
+    /// `name`, hashed now (where it is not kept: tests, and identities made per call).
+    pub(crate) fn new(name: &'a str) -> Self {
+        Self {
+            name,
+            state: memory::identity_state(name),
+        }
+    }
+}
+
 /// What a store says about a claimed key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
@@ -108,7 +129,8 @@ pub(crate) trait Store: Send + Sync {
     /// Hashes the parts of a key or fingerprint (each part length-prefixed).
     fn digest(&self, parts: &[&[u8]]) -> Digest;
     /// The key of request `id` from identity `who` (see [`Dedup::key`]).
-    fn id_digest(&self, who: &str, id: Id<'_>) -> Digest {
+    fn id_digest(&self, who: &Identity<'_>, id: Id<'_>) -> Digest {
+        let who = who.name;
         // The id, typed: 1, "1" and 1.0 are different ids.
         let mut num = itoa::Buffer::new();
         let mut float = ryu::Buffer::new();
@@ -171,7 +193,7 @@ impl Backend {
 
     /// [`Store::id_digest`].
     #[inline]
-    pub(crate) fn id_digest(&self, who: &str, id: Id<'_>) -> Digest {
+    pub(crate) fn id_digest(&self, who: &Identity<'_>, id: Id<'_>) -> Digest {
         each!(self, s => s.id_digest(who, id))
     }
 
@@ -268,7 +290,7 @@ impl Dedup {
     /// their position in it.
     pub(crate) fn key(
         &self,
-        identity: Option<&str>,
+        identity: Option<Identity<'_>>,
         idempotency_key: Option<&[u8]>,
         id: Id<'_>,
         element: Option<u32>,
@@ -278,10 +300,10 @@ impl Dedup {
                 let at = element.map_or([0xff; 4], u32::to_le_bytes);
                 Some(
                     self.store
-                        .digest(&[b"idem", who.unwrap_or_default().as_bytes(), k, &at]),
+                        .digest(&[b"idem", who.map_or("", |w| w.name).as_bytes(), k, &at]),
                 )
             }
-            (None, Some(who)) => Some(self.store.id_digest(who, id)),
+            (None, Some(who)) => Some(self.store.id_digest(&who, id)),
             (None, None) => None,
         }
     }
