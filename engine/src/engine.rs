@@ -904,7 +904,7 @@ impl Engine {
         let mark = out.len();
         let d = dispatch(entry, req, ctx.as_ref(), source, out, limit, max);
         if let Some((dd, key, fp, slot)) = ticket {
-            crate::dedup::settle(&*dd.store, &key, &fp, slot, &out[mark..], d.code);
+            crate::dedup::settle(&dd.store, &key, &fp, slot, &out[mark..], d.code);
         }
         defer.outcome(metric, d.code);
         if let Some(h) = hooks {

@@ -334,7 +334,7 @@ impl Ticket {
     /// Stores `answer` (a whole response object), or frees the key if the call did not
     /// start (its code says it was refused).
     pub(crate) fn finish(&self, answer: &[u8], code: Option<i32>) {
-        settle(&*self.store, &self.key, &self.fp, self.slot, answer, code);
+        settle(&self.store, &self.key, &self.fp, self.slot, answer, code);
     }
 }
 
