@@ -818,7 +818,8 @@ impl Engine {
         // Claimed here, where it runs: replays and refusals are answered now.
         let ticket = match (dedup, key, req.id) {
             (Some(d), Some(key), Some(id)) => {
-                let fp = d.fingerprint(req.method, &req.params);
+                let named = entry.and_then(|e| e.dedup_name);
+                let fp = d.fingerprint(req.method, named, &req.params);
                 match d.store.claim(&key, &fp, id, out) {
                     Claim::Run(slot) => Some((d, key, fp, slot)),
                     Claim::Bypass => None,

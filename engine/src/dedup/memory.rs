@@ -853,6 +853,17 @@ pub(crate) fn identity_state(name: &str) -> u64 {
     h.acc
 }
 
+/// The hash state after a fingerprint's method part ([`FINGERPRINT`] and the name's
+/// length, then its bytes): [`Store::fingerprint`] of the memory store goes on from
+/// here, so that a registered method's name is hashed once, when the registry is frozen,
+/// not per call.
+pub(crate) fn method_state(name: &str) -> u64 {
+    let mut h = Seeds::process().hasher();
+    h.word(FINGERPRINT | name.len() as u64);
+    h.bytes(name.as_bytes());
+    h.acc
+}
+
 /// The first words of the three kinds of digests, told apart: a [`Store::digest`] starts
 /// with its first part's length (far below 2^48), an id key and a fingerprint with
 /// these marks in the top 16 bits (and their first part's length below).
@@ -910,7 +921,7 @@ impl Store for MemoryStore {
         h.digest()
     }
 
-    fn fingerprint(&self, method: &str, params: &Params<'_>) -> Digest {
+    fn fingerprint(&self, method: &str, named: Option<u64>, params: &Params<'_>) -> Digest {
         // The params as parsed (the tape's values, typed and length-prefixed), not their
         // raw bytes: finding those is a walk of the whole request's tape, several times
         // this hash's cost. Params that differ only in whitespace, escapes or the
@@ -918,9 +929,10 @@ impl Store for MemoryStore {
         // any other difference (a value, a type, a key, the order) is a mismatch.
         // Each value's encoding says how many words follow it, so a sequence of values
         // is read back one way only.
+        // The method's part hashed when it was registered ([`method_state`]), if it
+        // was (not a fallback's: it serves many names).
         let mut h = self.seeds.hasher();
-        h.word(FINGERPRINT | method.len() as u64);
-        h.bytes(method.as_bytes());
+        h.acc = named.unwrap_or_else(|| method_state(method));
         let Some(nodes) = params.nodes() else {
             h.word(0);
             return h.digest();
@@ -1378,6 +1390,36 @@ mod tests {
             assert_ne!(
                 a.id_digest(&kept, id),
                 a.id_digest(&Identity::new("app2"), id)
+            );
+        }
+    }
+
+    /// A registered method's name is hashed once, when the registry is frozen: a
+    /// fingerprint from that state is the one from the name hashed per call (a
+    /// fallback's), in any store of the process; another name's is not.
+    #[test]
+    fn a_method_hashed_once_fingerprints_as_its_name_does() {
+        let (a, b) = (store(1 << 20, 600_000), store(1 << 20, 600_000));
+        // `[1, "x"]` as the tape holds it (the memory store's fingerprint reads only that).
+        let nodes = [
+            Node::Array { len: 2, count: 2 },
+            Node::Static(StaticNode::I64(1)),
+            Node::String("x"),
+        ];
+        let raw = crate::codec::raw::RawCtx {
+            frame: b"",
+            structurals: &[],
+            root: &nodes,
+        };
+        for params in [Params::new(Some(&nodes), raw), Params::new(None, raw)] {
+            let kept = Some(method_state("incr"));
+            assert_eq!(
+                a.fingerprint("incr", kept, &params),
+                b.fingerprint("incr", None, &params)
+            );
+            assert_ne!(
+                a.fingerprint("incr", kept, &params),
+                a.fingerprint("incr2", None, &params)
             );
         }
     }

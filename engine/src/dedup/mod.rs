@@ -57,6 +57,7 @@
 //! [`RegistryBuilder::dedup`]: crate::RegistryBuilder::dedup
 
 pub(crate) mod memory;
+pub(crate) use memory::method_state;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 
@@ -145,7 +146,10 @@ pub(crate) trait Store: Send + Sync {
     }
     /// The fingerprint of a call: its method and params. By default (Redis: the same in
     /// every instance and version) the params' raw bytes, as sent.
-    fn fingerprint(&self, method: &str, params: &Params<'_>) -> Digest {
+    /// `named`: the memory store's hash of the method's name made when it was
+    /// registered ([`memory::method_state`]; `None` for a fallback's call).
+    fn fingerprint(&self, method: &str, named: Option<u64>, params: &Params<'_>) -> Digest {
+        let _ = named;
         match params.raw_json() {
             Some(p) => self.digest(&[method.as_bytes(), b"p", p]),
             None => self.digest(&[method.as_bytes(), b"-"]),
@@ -199,8 +203,13 @@ impl Backend {
 
     /// [`Store::fingerprint`].
     #[inline]
-    pub(crate) fn fingerprint(&self, method: &str, params: &Params<'_>) -> Digest {
-        each!(self, s => s.fingerprint(method, params))
+    pub(crate) fn fingerprint(
+        &self,
+        method: &str,
+        named: Option<u64>,
+        params: &Params<'_>,
+    ) -> Digest {
+        each!(self, s => s.fingerprint(method, named, params))
     }
 
     /// [`Store::claim`].
@@ -309,8 +318,13 @@ impl Dedup {
     }
 
     /// The fingerprint of a call: its method and params ([`Store::fingerprint`]).
-    pub(crate) fn fingerprint(&self, method: &str, params: &Params<'_>) -> Digest {
-        self.store.fingerprint(method, params)
+    pub(crate) fn fingerprint(
+        &self,
+        method: &str,
+        named: Option<u64>,
+        params: &Params<'_>,
+    ) -> Digest {
+        self.store.fingerprint(method, named, params)
     }
 }
 
