@@ -904,7 +904,8 @@ impl Engine {
         // Claimed here, where it runs: replays and refusals are answered now.
         let ticket = match (dedup, key, req.id) {
             (Some(d), Some(key), Some(id)) => {
-                let fp = d.fingerprint(req.method, &req.params);
+                let named = entry.and_then(|e| e.dedup_name);
+                let fp = d.fingerprint(req.method, named, &req.params);
                 match d.store.claim(&key, &fp, id, out) {
                     Claim::Run(slot) => Some((d, key, fp, slot)),
                     Claim::Bypass => None,
@@ -990,7 +991,7 @@ impl Engine {
         let mark = out.len();
         let d = dispatch(entry, req, ctx.as_ref(), source, out, limit, max);
         if let Some((dd, key, fp, slot)) = ticket {
-            crate::dedup::settle(&*dd.store, &key, &fp, slot, &out[mark..], d.code);
+            crate::dedup::settle(&dd.store, &key, &fp, slot, &out[mark..], d.code);
         }
         defer.outcome(metric, d.code);
         if let Some(h) = hooks {

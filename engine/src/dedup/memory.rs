@@ -18,12 +18,12 @@
 use std::hash::BuildHasher;
 
 use foldhash::fast::RandomState;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use simd_json::{Node, StaticNode};
 
-use super::{write_replay, Claim, Digest, Store};
+use super::{write_replay, Claim, Digest, Identity, Store};
 use crate::codec::Id;
 use crate::hash::fold;
 use crate::Params;
@@ -376,7 +376,7 @@ impl MemoryStore {
             max_bytes: (max_bytes / SHARDS).max(ENTRY_OVERHEAD * 4),
             ttl_ns: u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX),
             epoch: coarse_now_ns(),
-            seeds: Seeds::random(),
+            seeds: Seeds::process(),
         }
     }
 
@@ -496,41 +496,31 @@ impl Shard {
     #[cold]
     #[inline(never)]
     fn rebuild(&mut self) {
-        // A place empty before stale entries are emptied: no entry's probe crosses it
-        // (there is one: the table is at most three quarters full).
-        let start = self.index.table.iter().position(|&e| e == 0);
-        let mut live = 0;
-        for i in 0..self.index.table.len() {
-            let e = self.index.table[i];
-            if e != 0 && self.stale(e) {
-                self.index.table[i] = 0;
-            } else if e != 0 {
-                live += 1;
-            }
-        }
         let size = self.index.table.len();
-        self.index.len = 0;
-        match start {
-            Some(start) if (live + 1) * 2 <= size => {
-                // The same size, in place (no second table to keep or allocate): every
-                // entry taken out and put back, in order from `start`, so each lands
-                // between its home and where it was.
-                let mask = self.index.mask();
-                for i in 1..=size {
-                    let at = (start + i) & mask;
-                    let e = std::mem::take(&mut self.index.table[at]);
-                    if e != 0 {
-                        self.index.put(e);
-                    }
+        // A place empty before the pass: no entry's probe crosses it (there is one: the
+        // table is at most three quarters full).
+        if let Some(start) = self.index.table.iter().position(|&e| e == 0) {
+            // In place, in one pass (no second table to keep or allocate): every entry
+            // taken out in order from `start`, a stale one dropped, a live one put back,
+            // so that each lands between its home and where it was (every place there
+            // was passed already).
+            let mask = self.index.mask();
+            self.index.len = 0;
+            for i in 1..=size {
+                let at = (start + i) & mask;
+                let e = std::mem::take(&mut self.index.table[at]);
+                if e != 0 && !self.stale(e) {
+                    self.index.put(e);
                 }
             }
-            _ => {
-                // Grown (only while the store grows): a new table, the entries put in.
-                let old = std::mem::replace(&mut self.index.table, vec![0; (size * 2).max(16)]);
-                for &e in &old {
-                    if e != 0 {
-                        self.index.put(e);
-                    }
+        }
+        if (self.index.len + 1) * 2 > size {
+            // Grown (only while the store grows): a new table, the entries put in.
+            let old = std::mem::replace(&mut self.index.table, vec![0; (size * 2).max(16)]);
+            self.index.len = 0;
+            for &e in &old {
+                if e != 0 && !self.stale(e) {
+                    self.index.put(e);
                 }
             }
         }
@@ -769,14 +759,20 @@ struct Seeds {
 }
 
 impl Seeds {
-    fn random() -> Self {
-        // foldhash's per-process random seed, hashed: three secret words.
-        let r = RandomState::default();
-        Self {
-            start: r.hash_one(1u64),
-            mul: r.hash_one(2u64) | 1,
-            last: r.hash_one(3u64) | 1,
-        }
+    /// This process's seeds, drawn once: every store hashes alike, so that an identity's
+    /// part of its id keys is hashed once, when it authenticates ([`identity_state`]),
+    /// not per call. Still secret (random per process).
+    fn process() -> Self {
+        static SEEDS: OnceLock<Seeds> = OnceLock::new();
+        *SEEDS.get_or_init(|| {
+            // foldhash's per-process random seed, hashed: three secret words.
+            let r = RandomState::default();
+            Self {
+                start: r.hash_one(1u64),
+                mul: r.hash_one(2u64) | 1,
+                last: r.hash_one(3u64) | 1,
+            }
+        })
     }
 
     #[inline(always)]
@@ -846,6 +842,28 @@ impl Mix {
     }
 }
 
+/// The hash state after an id key's identity part ([`ID_KEY`] and the identity's
+/// length, then its bytes): [`Store::id_digest`] of the memory store goes on from here,
+/// so that an identity is hashed once ([`Identity::new`]), not per call. [`ID_KEY`]
+/// first: these keys and [`Store::digest`]'s never meet.
+pub(crate) fn identity_state(name: &str) -> u64 {
+    let mut h = Seeds::process().hasher();
+    h.word(ID_KEY | name.len() as u64);
+    h.bytes(name.as_bytes());
+    h.acc
+}
+
+/// The hash state after a fingerprint's method part ([`FINGERPRINT`] and the name's
+/// length, then its bytes): [`Store::fingerprint`] of the memory store goes on from
+/// here, so that a registered method's name is hashed once, when the registry is frozen,
+/// not per call.
+pub(crate) fn method_state(name: &str) -> u64 {
+    let mut h = Seeds::process().hasher();
+    h.word(FINGERPRINT | name.len() as u64);
+    h.bytes(name.as_bytes());
+    h.acc
+}
+
 /// The first words of the three kinds of digests, told apart: a [`Store::digest`] starts
 /// with its first part's length (far below 2^48), an id key and a fingerprint with
 /// these marks in the top 16 bits (and their first part's length below).
@@ -881,13 +899,12 @@ impl Store for MemoryStore {
         h.digest()
     }
 
-    fn id_digest(&self, who: &str, id: Id<'_>) -> Digest {
-        // The id typed, as numbers, not as text (no formatting): 1, "1" and 1.0 differ;
-        // 1 read as signed or unsigned does not. [`ID_KEY`] first: these keys and
-        // [`Store::digest`]'s never meet.
+    fn id_digest(&self, who: &Identity<'_>, id: Id<'_>) -> Digest {
+        // The identity's part hashed when it authenticated ([`identity_state`]), then
+        // the id typed, as numbers, not as text (no formatting): 1, "1" and 1.0 differ;
+        // 1 read as signed or unsigned does not.
         let mut h = self.seeds.hasher();
-        h.word(ID_KEY | who.len() as u64);
-        h.bytes(who.as_bytes());
+        h.acc = who.state;
         match id {
             Id::Null => h.word(0),
             Id::Str(s) => h.tagged_bytes(1, s.as_bytes()),
@@ -904,7 +921,10 @@ impl Store for MemoryStore {
         h.digest()
     }
 
-    fn fingerprint(&self, method: &str, params: &Params<'_>) -> Digest {
+    // Inlined into the engine's one caller, whatever else (tests) calls it: out of line
+    // it costs ~38 more per call (callgrind).
+    #[inline(always)]
+    fn fingerprint(&self, method: &str, named: Option<u64>, params: &Params<'_>) -> Digest {
         // The params as parsed (the tape's values, typed and length-prefixed), not their
         // raw bytes: finding those is a walk of the whole request's tape, several times
         // this hash's cost. Params that differ only in whitespace, escapes or the
@@ -912,9 +932,10 @@ impl Store for MemoryStore {
         // any other difference (a value, a type, a key, the order) is a mismatch.
         // Each value's encoding says how many words follow it, so a sequence of values
         // is read back one way only.
+        // The method's part hashed when it was registered ([`method_state`]), if it
+        // was (not a fallback's: it serves many names).
         let mut h = self.seeds.hasher();
-        h.word(FINGERPRINT | method.len() as u64);
-        h.bytes(method.as_bytes());
+        h.acc = named.unwrap_or_else(|| method_state(method));
         let Some(nodes) = params.nodes() else {
             h.word(0);
             return h.digest();
@@ -1340,24 +1361,83 @@ mod tests {
         let fp = s.digest(&[b"f"]);
         let mut out = Vec::new();
         for i in 0..1_600u32 {
-            let k = s.id_digest("app", Id::UInt(u64::from(i)));
+            let k = s.id_digest(&Identity::new("app"), Id::UInt(u64::from(i)));
             run(s.claim(&k, &fp, Id::Null, &mut out));
         }
         let spread = s.spread();
         assert!(spread.iter().all(|&n| n > 50), "{spread:?}");
     }
 
+    /// An identity's part of its keys is hashed once, when it authenticates, under the
+    /// process's seeds: a state kept since then keys as the name hashed now does, in any
+    /// store of the process (a retry on another connection, or another engine sharing
+    /// nothing, finds the same key).
+    #[test]
+    fn an_identity_hashed_once_keys_as_its_name_does() {
+        let (a, b) = (store(1 << 20, 600_000), store(1 << 20, 600_000));
+        let kept = Identity {
+            name: "app",
+            state: identity_state("app"),
+        };
+        for id in [
+            Id::Null,
+            Id::Int(7),
+            Id::UInt(7),
+            Id::Str("7"),
+            Id::Float(7.5),
+        ] {
+            assert_eq!(
+                a.id_digest(&kept, id),
+                b.id_digest(&Identity::new("app"), id)
+            );
+            assert_ne!(
+                a.id_digest(&kept, id),
+                a.id_digest(&Identity::new("app2"), id)
+            );
+        }
+    }
+
+    /// A registered method's name is hashed once, when the registry is frozen: a
+    /// fingerprint from that state is the one from the name hashed per call (a
+    /// fallback's), in any store of the process; another name's is not.
+    #[test]
+    fn a_method_hashed_once_fingerprints_as_its_name_does() {
+        let (a, b) = (store(1 << 20, 600_000), store(1 << 20, 600_000));
+        // `[1, "x"]` as the tape holds it (the memory store's fingerprint reads only that).
+        let nodes = [
+            Node::Array { len: 2, count: 2 },
+            Node::Static(StaticNode::I64(1)),
+            Node::String("x"),
+        ];
+        let raw = crate::codec::raw::RawCtx {
+            frame: b"",
+            structurals: &[],
+            root: &nodes,
+        };
+        for params in [Params::new(Some(&nodes), raw), Params::new(None, raw)] {
+            let kept = Some(method_state("incr"));
+            assert_eq!(
+                a.fingerprint("incr", kept, &params),
+                b.fingerprint("incr", None, &params)
+            );
+            assert_ne!(
+                a.fingerprint("incr", kept, &params),
+                a.fingerprint("incr2", None, &params)
+            );
+        }
+    }
+
     #[test]
     fn id_keys_are_typed() {
         let s = store(1 << 20, 600_000);
         let keys = [
-            s.id_digest("app", Id::Null),
-            s.id_digest("app", Id::Str("1")),
-            s.id_digest("app", Id::UInt(1)),
-            s.id_digest("app", Id::Float(1.0)),
-            s.id_digest("app", Id::Int(-1)),
-            s.id_digest("ap", Id::Str("p1")),
-            s.id_digest("app", Id::Str("")),
+            s.id_digest(&Identity::new("app"), Id::Null),
+            s.id_digest(&Identity::new("app"), Id::Str("1")),
+            s.id_digest(&Identity::new("app"), Id::UInt(1)),
+            s.id_digest(&Identity::new("app"), Id::Float(1.0)),
+            s.id_digest(&Identity::new("app"), Id::Int(-1)),
+            s.id_digest(&Identity::new("ap"), Id::Str("p1")),
+            s.id_digest(&Identity::new("app"), Id::Str("")),
         ];
         for (i, a) in keys.iter().enumerate() {
             for b in &keys[i + 1..] {
@@ -1366,11 +1446,11 @@ mod tests {
         }
         // 1 read as signed or unsigned is the same id.
         assert_eq!(
-            s.id_digest("app", Id::Int(1)),
-            s.id_digest("app", Id::UInt(1))
+            s.id_digest(&Identity::new("app"), Id::Int(1)),
+            s.id_digest(&Identity::new("app"), Id::UInt(1))
         );
         // Never a key of another kind (an Idempotency-Key's parts).
-        assert_ne!(s.id_digest("", Id::Null), s.digest(&[]));
+        assert_ne!(s.id_digest(&Identity::new(""), Id::Null), s.digest(&[]));
         assert_ne!(s.digest(&[b"ab", b"c"]), s.digest(&[b"a", b"bc"]));
     }
 }

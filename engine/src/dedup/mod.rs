@@ -57,6 +57,7 @@
 //! [`RegistryBuilder::dedup`]: crate::RegistryBuilder::dedup
 
 pub(crate) mod memory;
+pub(crate) use memory::method_state;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 
@@ -84,6 +85,27 @@ pub const DEFAULT_MAX_BYTES: usize = 64 << 20;
 /// to 128 bits (the same in every instance) for Redis.
 pub(crate) type Digest = [u8; 16];
 
+/// An authenticated identity, as de-duplication keys use it: its name, and the memory
+/// store's hash of it ([`memory::identity_state`]), made once when it authenticated
+/// instead of per call.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Identity<'a> {
+    /// The name handlers and logs see.
+    pub(crate) name: &'a str,
+    /// `memory::identity_state(name)`.
+    pub(crate) state: u64,
+}
+
+impl<'a> Identity<'a> {
+    /// `name`, hashed now (where it is not kept: tests, and identities made per call).
+    pub(crate) fn new(name: &'a str) -> Self {
+        Self {
+            name,
+            state: memory::identity_state(name),
+        }
+    }
+}
+
 /// What a store says about a claimed key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
@@ -108,7 +130,8 @@ pub(crate) trait Store: Send + Sync {
     /// Hashes the parts of a key or fingerprint (each part length-prefixed).
     fn digest(&self, parts: &[&[u8]]) -> Digest;
     /// The key of request `id` from identity `who` (see [`Dedup::key`]).
-    fn id_digest(&self, who: &str, id: Id<'_>) -> Digest {
+    fn id_digest(&self, who: &Identity<'_>, id: Id<'_>) -> Digest {
+        let who = who.name;
         // The id, typed: 1, "1" and 1.0 are different ids.
         let mut num = itoa::Buffer::new();
         let mut float = ryu::Buffer::new();
@@ -123,7 +146,10 @@ pub(crate) trait Store: Send + Sync {
     }
     /// The fingerprint of a call: its method and params. By default (Redis: the same in
     /// every instance and version) the params' raw bytes, as sent.
-    fn fingerprint(&self, method: &str, params: &Params<'_>) -> Digest {
+    /// `named`: the memory store's hash of the method's name made when it was
+    /// registered ([`memory::method_state`]; `None` for a fallback's call).
+    fn fingerprint(&self, method: &str, named: Option<u64>, params: &Params<'_>) -> Digest {
+        let _ = named;
         match params.raw_json() {
             Some(p) => self.digest(&[method.as_bytes(), b"p", p]),
             None => self.digest(&[method.as_bytes(), b"-"]),
@@ -141,12 +167,89 @@ pub(crate) trait Store: Send + Sync {
     fn remote(&self) -> bool;
 }
 
+/// The stores, as one concrete type: the engine calls them directly, not through a
+/// `dyn Store` (two dynamic calls per call, and nothing inlined across them).
+pub(crate) enum Backend {
+    /// [`Dedup::memory`].
+    Memory(memory::MemoryStore),
+    /// [`Dedup::redis`].
+    #[cfg(feature = "redis")]
+    Redis(redis::RedisStore),
+}
+
+/// Calls `$call` on whichever store `$b` is.
+macro_rules! each {
+    ($b:expr, $s:ident => $call:expr) => {
+        match $b {
+            Backend::Memory($s) => $call,
+            #[cfg(feature = "redis")]
+            Backend::Redis($s) => $call,
+        }
+    };
+}
+
+impl Backend {
+    /// [`Store::digest`].
+    #[inline]
+    pub(crate) fn digest(&self, parts: &[&[u8]]) -> Digest {
+        each!(self, s => s.digest(parts))
+    }
+
+    /// [`Store::id_digest`].
+    #[inline]
+    pub(crate) fn id_digest(&self, who: &Identity<'_>, id: Id<'_>) -> Digest {
+        each!(self, s => s.id_digest(who, id))
+    }
+
+    /// [`Store::fingerprint`].
+    #[inline]
+    pub(crate) fn fingerprint(
+        &self,
+        method: &str,
+        named: Option<u64>,
+        params: &Params<'_>,
+    ) -> Digest {
+        each!(self, s => s.fingerprint(method, named, params))
+    }
+
+    /// [`Store::claim`].
+    #[inline]
+    pub(crate) fn claim(&self, key: &Digest, fp: &Digest, id: Id<'_>, out: &mut Vec<u8>) -> Claim {
+        each!(self, s => s.claim(key, fp, id, out))
+    }
+
+    /// [`Store::finish`].
+    #[inline]
+    pub(crate) fn finish(
+        &self,
+        key: &Digest,
+        fp: &Digest,
+        slot: u64,
+        tail: &[u8],
+        code: Option<i32>,
+    ) {
+        each!(self, s => s.finish(key, fp, slot, tail, code))
+    }
+
+    /// [`Store::release`].
+    #[inline]
+    pub(crate) fn release(&self, key: &Digest, fp: &Digest, slot: u64) {
+        each!(self, s => s.release(key, fp, slot))
+    }
+
+    /// [`Store::remote`].
+    #[inline]
+    pub(crate) fn remote(&self) -> bool {
+        each!(self, s => s.remote())
+    }
+}
+
 /// A de-duplication store for an [`Engine`](crate::Engine) ([`Engine::with_dedup`]).
 ///
 /// [`Engine::with_dedup`]: crate::Engine::with_dedup
 #[derive(Clone)]
 pub struct Dedup {
-    pub(crate) store: Arc<dyn Store>,
+    pub(crate) store: Arc<Backend>,
 }
 
 impl fmt::Debug for Dedup {
@@ -162,7 +265,7 @@ impl Dedup {
     /// first), each for `ttl`.
     pub fn memory(max_bytes: usize, ttl: Duration) -> Self {
         Self {
-            store: Arc::new(memory::MemoryStore::new(max_bytes, ttl)),
+            store: Arc::new(Backend::Memory(memory::MemoryStore::new(max_bytes, ttl))),
         }
     }
 
@@ -179,7 +282,7 @@ impl Dedup {
     #[cfg(feature = "redis")]
     pub fn redis(url: &str, ttl: Duration, fail_open: bool) -> Result<Self, DedupError> {
         Ok(Self {
-            store: Arc::new(redis::RedisStore::new(url, ttl, fail_open)?),
+            store: Arc::new(Backend::Redis(redis::RedisStore::new(url, ttl, fail_open)?)),
         })
     }
 
@@ -196,7 +299,7 @@ impl Dedup {
     /// their position in it.
     pub(crate) fn key(
         &self,
-        identity: Option<&str>,
+        identity: Option<Identity<'_>>,
         idempotency_key: Option<&[u8]>,
         id: Id<'_>,
         element: Option<u32>,
@@ -206,24 +309,29 @@ impl Dedup {
                 let at = element.map_or([0xff; 4], u32::to_le_bytes);
                 Some(
                     self.store
-                        .digest(&[b"idem", who.unwrap_or_default().as_bytes(), k, &at]),
+                        .digest(&[b"idem", who.map_or("", |w| w.name).as_bytes(), k, &at]),
                 )
             }
-            (None, Some(who)) => Some(self.store.id_digest(who, id)),
+            (None, Some(who)) => Some(self.store.id_digest(&who, id)),
             (None, None) => None,
         }
     }
 
     /// The fingerprint of a call: its method and params ([`Store::fingerprint`]).
-    pub(crate) fn fingerprint(&self, method: &str, params: &Params<'_>) -> Digest {
-        self.store.fingerprint(method, params)
+    pub(crate) fn fingerprint(
+        &self,
+        method: &str,
+        named: Option<u64>,
+        params: &Params<'_>,
+    ) -> Digest {
+        self.store.fingerprint(method, named, params)
     }
 }
 
 /// A claimed call's way to its store's [`Store::finish`], wherever it is answered.
 #[derive(Clone)]
 pub(crate) struct Ticket {
-    pub(crate) store: Arc<dyn Store>,
+    pub(crate) store: Arc<Backend>,
     pub(crate) key: Digest,
     pub(crate) fp: Digest,
     /// Where the claim put it ([`Claim::Run`]).
@@ -240,14 +348,14 @@ impl Ticket {
     /// Stores `answer` (a whole response object), or frees the key if the call did not
     /// start (its code says it was refused).
     pub(crate) fn finish(&self, answer: &[u8], code: Option<i32>) {
-        settle(&*self.store, &self.key, &self.fp, self.slot, answer, code);
+        settle(&self.store, &self.key, &self.fp, self.slot, answer, code);
     }
 }
 
 /// Stores `answer` (a whole response object) of the call claimed as `key` in `slot`, or
 /// frees the key if the call did not start (its code says it was refused).
 pub(crate) fn settle(
-    store: &dyn Store,
+    store: &Backend,
     key: &Digest,
     fp: &Digest,
     slot: u64,

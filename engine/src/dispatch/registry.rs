@@ -40,6 +40,10 @@ pub(crate) struct Entry {
     pub(crate) blocking: bool,
     /// Retried calls are de-duplicated (with a store set on the engine).
     pub(crate) dedup: bool,
+    /// The memory de-duplication store's hash of the method's name, made when frozen
+    /// (`crate::dedup::memory::method_state`); `None` for the fallback (many names)
+    /// and methods not de-duplicated.
+    pub(crate) dedup_name: Option<u64>,
     /// Its index among the metrics' method labels (set when frozen).
     pub(crate) metric: u32,
     /// A deferred handler that answers by the call's deadline itself (a deferred
@@ -55,6 +59,7 @@ impl Entry {
             handler,
             blocking: false,
             dedup: false,
+            dedup_name: None,
             metric: 0,
             untimed: false,
             plain: false,
@@ -461,6 +466,7 @@ impl RegistryBuilder {
         for (i, name) in names.iter().enumerate() {
             if let Some(e) = methods.get_mut(name) {
                 e.metric = u32::try_from(i).unwrap_or(u32::MAX);
+                e.dedup_name = e.dedup.then(|| crate::dedup::method_state(name));
                 e.freeze();
             }
         }

@@ -85,6 +85,8 @@ impl Allow {
 #[derive(Debug)]
 pub(crate) struct Principal {
     pub(crate) name: Arc<str>,
+    /// The de-duplication store's hash of `name` ([`crate::dedup::Identity`]), made once.
+    pub(crate) dedup_state: u64,
     pub(crate) allow: Allow,
     /// The key's `rate`/`burst`, with its bucket (kept across reloads by name).
     pub(crate) limit: Option<(Rate, Arc<Bucket>)>,
@@ -191,6 +193,7 @@ impl Keys {
             };
             Ok(Arc::new(Principal {
                 name: name.into(),
+                dedup_state: crate::dedup::Identity::new(name).state,
                 allow,
                 limit,
             }))

@@ -290,6 +290,7 @@ impl Guard {
                 .map_err(|_| Denied::Unauthenticated("unknown token"))?;
             let name: Arc<str> = claims.sub.as_deref().unwrap_or("jwt").into();
             st.principal = Some(Arc::new(Principal {
+                dedup_state: crate::dedup::Identity::new(&name).state,
                 name,
                 allow: Allow::everything(),
                 limit: None,
@@ -555,9 +556,15 @@ impl Session {
     }
 
     /// Runs `f` with the identity, borrowed (no reference count touched).
-    pub(crate) fn with_identity<R>(&self, f: impl FnOnce(Option<&str>) -> R) -> R {
+    pub(crate) fn with_identity<R>(
+        &self,
+        f: impl FnOnce(Option<crate::dedup::Identity<'_>>) -> R,
+    ) -> R {
         match self.state.try_borrow() {
-            Ok(st) => f(st.principal.as_ref().map(|p| &*p.name)),
+            Ok(st) => f(st.principal.as_ref().map(|p| crate::dedup::Identity {
+                name: &p.name,
+                state: p.dedup_state,
+            })),
             Err(_) => f(None),
         }
     }
