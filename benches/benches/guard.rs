@@ -28,19 +28,7 @@ use ringrpc::dedup::Dedup;
 use ringrpc::guard::{Guard, Session};
 use ringrpc::{demo, Config, Connection, Engine, Peer, Source, Transport};
 
-const KEYS: &str = r#"
-[[key]]
-name  = "reader"
-token = "r3ader"
-allow = ["get_*", "sum", "ping", "whoami", "incr"]
-
-[[key]]
-name  = "metered"
-token = "m3tered"
-allow = ["get_*", "sum", "ping", "whoami"]
-rate  = 1e9
-burst = 1000000000
-"#;
+use benches::inputs::KEYS;
 
 const PING: &[u8] = br#"{"jsonrpc":"2.0","method":"ping","id":1}"#;
 

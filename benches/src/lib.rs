@@ -433,6 +433,23 @@ pub mod jsonrpsee_baseline {
 
 /// The bench inputs, shared by the benches, the agreement tests and `gen_requests`.
 pub mod inputs {
+    /// The key file of the guard benches (`guard`, `protect_cost`): `reader` (`r3ader`)
+    /// allowed `ping`, `incr` and more, without a rate limit; `metered` (`m3tered`)
+    /// with a rate limit it never reaches.
+    pub const KEYS: &str = r#"
+[[key]]
+name  = "reader"
+token = "r3ader"
+allow = ["get_*", "sum", "ping", "whoami", "incr"]
+
+[[key]]
+name  = "metered"
+token = "m3tered"
+allow = ["get_*", "sum", "ping", "whoami"]
+rate  = 1e9
+burst = 1000000000
+"#;
+
     /// The specification's subtract call (61 bytes).
     pub const SUBTRACT: &str = r#"{"jsonrpc":"2.0","method":"subtract","params":[42,23],"id":1}"#;
 
