@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ringrpc::proxy::{Proxy, ProxyBuilder};
 use ringrpc::{demo, Config, Engine, Params, Registry, RpcError, ServerConfig};
@@ -988,18 +988,30 @@ fn a_stalled_upstream_is_taken_out_and_probed_before_use() {
     let good = Served::start(demo::engine(Config::default()), ServerConfig::default());
     let stall = fake_upstream(|_, _| true);
     let mut b = Proxy::builder();
+    // The marker pings `tcp_answers` sends go elsewhere: a ping left waiting on the
+    // stalled upstream would keep every later call away from it (the least loaded
+    // lane is chosen), and the breaker would trip on pings alone.
     b.upstream("default", &format!("tcp://{stall}"))
         .upstream("default", &format!("tcp://{}", good.tcp))
+        .upstream("marker", &format!("tcp://{}", good.tcp))
+        .route("ping", "marker")
         .connections(1)
         .timeout(Duration::from_millis(100));
     let proxy = b.start().unwrap();
     let front = served_proxy(&proxy, Config::default());
+    // Both connections up first: calls sent before the stalled one's connection is
+    // made all go to the other, and nothing is left to test.
+    let up = format!("ringrpc_proxy_upstream_up{{upstream=\"tcp://{stall}\"}}");
+    let waited = Instant::now();
+    while scraped(front.http, &up) != Some(1.0) {
+        assert!(waited.elapsed() < Duration::from_secs(10), "{up} never 1");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let add = r#"{"jsonrpc":"2.0","method":"add","params":[1,2],"id":1}"#;
     let mut timeouts = 0;
     for _ in 0..12 {
         let a = tcp_answers(front.tcp, add);
-        // Timed out, or still waiting there when the breaker tripped (the marker
-        // pings `tcp_answers` sends go to the same upstreams).
+        // Timed out, or still waiting there when the breaker tripped.
         if a[0].get("error").is_some() {
             let e = error_of(&a[0]);
             assert!(
@@ -1164,8 +1176,10 @@ fn hedging_after_a_measured_quantile() {
         }
         std::thread::sleep(Duration::from_millis(1100));
         STALL_ADD.store(true, Ordering::SeqCst);
-        // Fewer calls to the flaky one than the breaker needs to take it out.
-        let failed = (0..4)
+        // Eight calls: equally loaded upstreams are chosen at random, so all eight
+        // miss the flaky one once in 256 runs (with four, once in 16). If the breaker
+        // takes it out on the way, the rest go to the other: the counts below hold.
+        let failed = (0..8)
             .filter(|_| tcp_answers(front.tcp, add)[0]["result"] != 3)
             .count();
         let hedged = scraped(front.http, "ringrpc_proxy_hedged_total").unwrap();

@@ -925,14 +925,24 @@ pub(crate) fn own_lane(shared: &Shared, upstreams: &[usize]) -> Option<(Arc<[Lan
     OWN.with(|own| {
         let mut own = own.borrow_mut();
         let Own { lanes, seed, .. } = own.iter_mut().find(|o| o.shared == me)?;
-        // xorshift64 (state never 0).
+        // xorshift64* (state never 0), its output's high half: xorshift64's own low
+        // bits change slowly from a seed with long runs of equal bits, and the low bit
+        // alone chose between two upstreams.
         *seed ^= *seed << 13;
         *seed ^= *seed >> 7;
         *seed ^= *seed << 17;
+        let start = (seed.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as usize;
         let lanes: &Arc<[Lane]> = lanes;
-        super::least_loaded(upstreams, *seed as usize, |u| lanes.get(u))
-            .map(|u| (Arc::clone(lanes), u))
+        super::least_loaded(upstreams, start, |u| lanes.get(u)).map(|u| (Arc::clone(lanes), u))
     })
+}
+
+/// `x` with every bit depending on every other (splitmix64's finalizer).
+fn spread(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// The proxy's part in every server reactor (see the module docs): a connection of
@@ -971,7 +981,9 @@ impl Attach for Attachment {
             own.borrow_mut().push(Own {
                 shared: me,
                 lanes: Arc::clone(&lanes),
-                seed: me as u64 | 1,
+                // The address spread over all 64 bits (splitmix64's finalizer): an
+                // allocation's address has long runs of zeros.
+                seed: spread(me as u64) | 1,
             })
         });
         let up = Upstreams::new(Arc::clone(shared), registry, lanes, false, base);
