@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use benches::inputs::KEYS;
 use serde_json::Value;
 
 /// A server process, killed when dropped.
@@ -581,13 +582,6 @@ fn compare_prints_a_table_and_writes_the_json_and_the_chart() {
 }
 
 /// The key file of the protected server below.
-const KEYS: &str = r#"
-[[key]]
-name = "reader"
-token = "r3ader"
-allow = ["ping", "incr"]
-"#;
-
 const HELLO: &str = r#"{"jsonrpc":"2.0","method":"rpc.auth","params":{"token":"r3ader"},"id":0}"#;
 
 /// Runs loadgen expecting it to fail with `code`; returns its stderr.

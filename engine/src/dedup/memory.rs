@@ -847,10 +847,7 @@ impl Mix {
 /// so that an identity is hashed once ([`Identity::new`]), not per call. [`ID_KEY`]
 /// first: these keys and [`Store::digest`]'s never meet.
 pub(crate) fn identity_state(name: &str) -> u64 {
-    let mut h = Seeds::process().hasher();
-    h.word(ID_KEY | name.len() as u64);
-    h.bytes(name.as_bytes());
-    h.acc
+    tagged_state(ID_KEY, name)
 }
 
 /// The hash state after a fingerprint's method part ([`FINGERPRINT`] and the name's
@@ -858,8 +855,14 @@ pub(crate) fn identity_state(name: &str) -> u64 {
 /// here, so that a registered method's name is hashed once, when the registry is frozen,
 /// not per call.
 pub(crate) fn method_state(name: &str) -> u64 {
+    tagged_state(FINGERPRINT, name)
+}
+
+/// The hash state after `tag` with `name`'s length, then `name`'s bytes, under the
+/// process's seeds.
+fn tagged_state(tag: u64, name: &str) -> u64 {
     let mut h = Seeds::process().hasher();
-    h.word(FINGERPRINT | name.len() as u64);
+    h.word(tag | name.len() as u64);
     h.bytes(name.as_bytes());
     h.acc
 }

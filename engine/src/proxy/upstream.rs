@@ -937,14 +937,6 @@ pub(crate) fn own_lane(shared: &Shared, upstreams: &[usize]) -> Option<(Arc<[Lan
     })
 }
 
-/// `x` with every bit depending on every other (splitmix64's finalizer).
-fn spread(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// The proxy's part in every server reactor (see the module docs): a connection of
 /// the reactor's own to each upstream.
 pub(crate) struct Attachment {
@@ -981,9 +973,9 @@ impl Attach for Attachment {
             own.borrow_mut().push(Own {
                 shared: me,
                 lanes: Arc::clone(&lanes),
-                // The address spread over all 64 bits (splitmix64's finalizer): an
-                // allocation's address has long runs of zeros.
-                seed: spread(me as u64) | 1,
+                // Random, not the address: an allocation's address has long runs of
+                // zeros, which xorshift64 spreads only slowly.
+                seed: crate::trace::random() | 1,
             })
         });
         let up = Upstreams::new(Arc::clone(shared), registry, lanes, false, base);
