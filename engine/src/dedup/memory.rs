@@ -13,7 +13,9 @@
 //! Memory touched per call, for a store larger than the CPU's caches: the index (2-4
 //! MiB for 16 MiB of entries, so it stays in the last-level cache) once, at random (the
 //! new key's line: an evicted entry's is not touched, it goes stale in place), and the
-//! ring only at its two ends, fetched ahead (see [`Shard::prefetch_evictions`]).
+//! ring only at its two ends, fetched ahead (see [`Shard::prefetch_evictions`]). The
+//! index line and the shard's header are fetched ahead too, as soon as the engine knows
+//! the call's key ([`MemoryStore::prefetch`]).
 
 use std::hash::BuildHasher;
 
