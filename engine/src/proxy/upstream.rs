@@ -287,6 +287,9 @@ pub(crate) fn run(shared: Arc<Shared>, mut poll: Poll, registry: mio::Registry) 
             }
             up.event(event.token().0, event);
         }
+        if up.shared.revived.swap(false, Ordering::AcqRel) {
+            up.revived();
+        }
         up.maybe_sweep();
         // Client subscriptions that ended: an upstream one left without any is
         // unsubscribed, written below in this turn.
@@ -518,6 +521,25 @@ impl Upstreams {
         self.lane(i).up.store(true, Ordering::Release);
     }
 
+    /// Reconnects now the shared lanes another connection's first answer brought back
+    /// (see `Shared::revive`: they are up while their link is still out after a
+    /// failure), without a probe: that answer showed the upstream serves.
+    fn revived(&mut self) {
+        for i in 0..self.links.len() {
+            let link = &mut self.links[i];
+            // Up and suspect only when revived: a failure clears `up`, and only a
+            // probe's answer sets it again on a suspect link.
+            if !link.suspect || !self.lanes[i].up.load(Ordering::Acquire) {
+                continue;
+            }
+            link.suspect = false;
+            link.backoff = FIRST_BACKOFF;
+            if matches!(link.state, State::Down(_)) {
+                self.connect(i);
+            }
+        }
+    }
+
     /// Writes what link `i` holds until done or the socket is full.
     fn flush(&mut self, i: usize) {
         let link = &mut self.links[i];
@@ -657,6 +679,11 @@ impl Upstreams {
             }
             link.answered += 1;
             link.stalls = 0;
+            if link.answered == 1 {
+                // A new connection's first answer: its upstream serves.
+                self.shared.revive(self.lanes[i].upstream);
+            }
+            let link = &mut self.links[i];
             one_line(&mut line);
             let probe = link.probe.map(|(id, _)| id);
             let lane = &self.lanes[i];
@@ -691,6 +718,9 @@ impl Upstreams {
             };
             link.answered += 1;
             link.stalls = 0;
+            if link.answered == 1 {
+                self.shared.revive(self.lanes[i].upstream);
+            }
             one_line(&mut reply.body);
             let probe = link.probe.map(|(id, _)| id);
             let lane = &self.lanes[i];
