@@ -679,11 +679,7 @@ impl Upstreams {
             }
             link.answered += 1;
             link.stalls = 0;
-            if link.answered == 1 {
-                // A new connection's first answer: its upstream serves.
-                self.shared.revive(self.lanes[i].upstream);
-            }
-            let link = &mut self.links[i];
+            let first = link.answered == 1;
             one_line(&mut line);
             let probe = link.probe.map(|(id, _)| id);
             let lane = &self.lanes[i];
@@ -698,6 +694,12 @@ impl Upstreams {
                 seen,
             )? {
                 self.healthy(i);
+            }
+            if first {
+                // A new connection's first answer, a JSON-RPC one: its upstream
+                // serves. (Garbage, which drops the connection, shows nothing: it
+                // must not bring lanes back from their backoff.)
+                self.shared.revive(self.lanes[i].upstream);
             }
         }
     }
@@ -718,9 +720,7 @@ impl Upstreams {
             };
             link.answered += 1;
             link.stalls = 0;
-            if link.answered == 1 {
-                self.shared.revive(self.lanes[i].upstream);
-            }
+            let first = link.answered == 1;
             one_line(&mut reply.body);
             let probe = link.probe.map(|(id, _)| id);
             let lane = &self.lanes[i];
@@ -730,6 +730,9 @@ impl Upstreams {
             if matches!(sent, Sent::One(id) if Some(id) == probe) {
                 // Any response proves the upstream serves.
                 self.healthy(i);
+                if first {
+                    self.shared.revive(self.lanes[i].upstream);
+                }
                 if reply.close {
                     return Err(Lost::Closed);
                 }
@@ -748,6 +751,10 @@ impl Upstreams {
                 lane.lock().keep_members(members);
             }
             relayed?;
+            if first {
+                // A new connection's first response: its upstream serves.
+                self.shared.revive(self.lanes[i].upstream);
+            }
             if reply.close {
                 return Err(Lost::Closed);
             }
