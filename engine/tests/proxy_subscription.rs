@@ -83,6 +83,7 @@ impl Lines {
         ));
         let v = self.next();
         assert_eq!(v["id"], "s", "{v}");
+        assert!(v.get("error").is_none(), "the subscribe was refused: {v}");
         v["result"].clone()
     }
 }
@@ -444,6 +445,126 @@ fn a_lost_upstream_ends_its_subscriptions_with_an_error_and_the_proxy_serves_on(
     drop(proxy);
     handle.shutdown();
     back.join().unwrap().unwrap();
+}
+
+/// How [`flaky_upstream`] treats the connections it accepts from now on.
+const SERVE: u8 = 0;
+/// Closed at once (counted), as an upstream that is not back yet.
+const SHUT: u8 = 1;
+
+/// What [`flaky_upstream`] is told and counts.
+#[derive(Default)]
+struct Flaky {
+    mode: std::sync::atomic::AtomicU8,
+    /// Its next `subscribe_ticks` is answered with a line that is not JSON.
+    garbage: std::sync::atomic::AtomicBool,
+    /// Connections closed at once (in mode `SHUT`).
+    shut: AtomicUsize,
+    /// The connections it serves, to be cut.
+    served: Mutex<Vec<TcpStream>>,
+}
+
+/// A line upstream at `addr`: every call with an id is answered `3` (health probes
+/// too), except `subscribe_ticks`, answered `"0x5"` and followed by 20 `tick`
+/// notifications of it with results 0 to 19.
+fn flaky_upstream(flaky: Arc<Flaky>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let Ok(s) = s else { return };
+            if flaky.mode.load(Ordering::SeqCst) == SHUT {
+                drop(s);
+                flaky.shut.fetch_add(1, Ordering::SeqCst);
+                continue;
+            }
+            flaky.served.lock().unwrap().push(s.try_clone().unwrap());
+            let flaky = Arc::clone(&flaky);
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(s);
+                let mut line = String::new();
+                while r.read_line(&mut line).is_ok_and(|n| n > 0) {
+                    let call: Value = serde_json::from_str(&line).unwrap();
+                    line.clear();
+                    let Some(id) = call.get("id") else { continue };
+                    let mut out = String::new();
+                    if call["method"] != "subscribe_ticks" {
+                        out = json!({"jsonrpc":"2.0","id":id,"result":3}).to_string() + "\n";
+                    } else if flaky.garbage.swap(false, Ordering::SeqCst) {
+                        out.push_str("garbage\n");
+                    } else {
+                        out = json!({"jsonrpc":"2.0","id":id,"result":"0x5"}).to_string() + "\n";
+                        for n in 0..20 {
+                            let params = json!({"subscription":"0x5","result":n});
+                            let note = json!({"jsonrpc":"2.0","method":"tick","params":params});
+                            out = out + &note.to_string() + "\n";
+                        }
+                    }
+                    if r.get_mut().write_all(out.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn an_upstream_back_for_calls_is_back_for_subscriptions_at_once() {
+    let flaky = Arc::new(Flaky::default());
+    let addr = flaky_upstream(Arc::clone(&flaky));
+    let (proxy, front) = ticks_proxy(&format!("tcp://{addr}"), |b| {
+        b.health_interval(Duration::ZERO);
+    });
+    let mut a = Lines::tcp(front.tcp);
+    // Calls go on the connection of `a`'s reactor, subscriptions on the shared one:
+    // both serve.
+    eventually("a call answered", || {
+        a.send(r#"{"jsonrpc":"2.0","method":"add","params":[1,2],"id":1}"#);
+        a.next()["result"] == 3
+    });
+    let mut b = Lines::tcp(front.tcp);
+    let id = b.subscribe("[1]");
+    for want in 0..20u64 {
+        let v = b.next();
+        assert_eq!(v["params"]["subscription"], id, "{v}");
+        assert_eq!(v["params"]["result"], want, "{v}");
+    }
+    drop(b);
+    // The upstream goes: its answer to a subscribe drops the shared connection (which
+    // subscriptions take), and it refuses every new one, so that connection backs off
+    // longer each time — 50, 100, 200, 400, 800 ms, then 1.6 s after the fifth.
+    flaky.mode.store(SHUT, Ordering::SeqCst);
+    flaky.garbage.store(true, Ordering::SeqCst);
+    a.send(r#"{"jsonrpc":"2.0","method":"subscribe_ticks","params":[2],"id":2}"#);
+    let v = a.next();
+    assert_eq!(v["error"]["data"]["reason"], "upstream_unavailable", "{v}");
+    assert!(!flaky.garbage.load(Ordering::SeqCst), "{v}");
+    eventually("five connections refused", || {
+        flaky.shut.load(Ordering::SeqCst) >= 5
+    });
+    // Back, and the reactor's connection, cut, is made again at once: calls are
+    // answered. A subscribe is too, and its ticks come, though the shared connection
+    // was still to wait most of its backoff: the reactor's connection answering showed
+    // the upstream serves.
+    flaky.mode.store(SERVE, Ordering::SeqCst);
+    for s in flaky.served.lock().unwrap().drain(..) {
+        let _ = s.shutdown(std::net::Shutdown::Both);
+    }
+    eventually("calls answered again", || {
+        a.send(r#"{"jsonrpc":"2.0","method":"add","params":[1,2],"id":3}"#);
+        a.next()["result"] == 3
+    });
+    let id = a.subscribe("[1]");
+    for want in 0..20u64 {
+        let v = a.next();
+        assert_eq!(v["params"]["subscription"], id, "{v}");
+        assert_eq!(v["params"]["result"], want, "{v}");
+    }
+    drop(a);
+    front.stop();
+    drop(proxy);
 }
 
 #[test]

@@ -132,9 +132,13 @@ fn format_u64(buf: &mut [u8; 20], mut n: u64) -> &[u8] {
 fn forwarded_notifications_allocate_nothing() {
     let stop = Arc::new(AtomicBool::new(false));
     let up = upstream(Arc::clone(&stop));
+    // The upstream serves the one connection it accepts first: no reactor connections
+    // of the proxy's own (which carry no subscriptions), or one of those, made before the
+    // upstream thread's, could be it.
     let proxy = Proxy::builder()
         .upstream("default", &format!("tcp://{up}"))
         .connections(1)
+        .reactor_connections(false)
         .health_interval(Duration::ZERO)
         .subscription("sub", "note", "unsub")
         .start()

@@ -207,6 +207,9 @@ pub(crate) struct Shared {
     /// Set by the first forward since the upstream thread last looked: later ones do
     /// not wake it again.
     pub(crate) woken: AtomicBool,
+    /// Set when [`Shared::revive`] brought a shared lane back: the upstream thread
+    /// reconnects it.
+    pub(crate) revived: AtomicBool,
     pub(crate) stop: AtomicBool,
 }
 
@@ -456,6 +459,28 @@ impl Shared {
         answer.give(responder);
         for r in waiting {
             answer.give(r);
+        }
+    }
+
+    /// A new connection to upstream `u` answered (any thread's: a reactor's own, or a
+    /// shared one): the upstream serves again. The shared lanes to it still out after
+    /// a failure are brought back now — calls and subscribes queue on them, written
+    /// once the upstream thread has reconnected them (at once, with no probe of their
+    /// own) — instead of after their own backoff. Otherwise, for up to the longest
+    /// backoff, calls through a reactor's connection would be answered while
+    /// subscribes, which only the shared lanes carry, were refused as unreachable.
+    pub(crate) fn revive(&self, u: usize) {
+        if self.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let mut any = false;
+        for lane in self.lanes.iter().filter(|l| l.upstream == u) {
+            // Read first: mostly they are up, and stay untouched.
+            any |= !lane.up.load(Ordering::Acquire) && !lane.up.swap(true, Ordering::AcqRel);
+        }
+        if any {
+            self.revived.store(true, Ordering::Release);
+            self.wake();
         }
     }
 
@@ -925,6 +950,7 @@ impl ProxyBuilder {
             subs: subs::Subs::new(kinds, config, lanes_len, std::sync::Weak::clone(me)),
             waker,
             woken: AtomicBool::new(false),
+            revived: AtomicBool::new(false),
             stop: AtomicBool::new(false),
         });
         let thread = {

@@ -287,6 +287,9 @@ pub(crate) fn run(shared: Arc<Shared>, mut poll: Poll, registry: mio::Registry) 
             }
             up.event(event.token().0, event);
         }
+        if up.shared.revived.swap(false, Ordering::AcqRel) {
+            up.revived();
+        }
         up.maybe_sweep();
         // Client subscriptions that ended: an upstream one left without any is
         // unsubscribed, written below in this turn.
@@ -518,6 +521,25 @@ impl Upstreams {
         self.lane(i).up.store(true, Ordering::Release);
     }
 
+    /// Reconnects now the shared lanes another connection's first answer brought back
+    /// (see `Shared::revive`: they are up while their link is still out after a
+    /// failure), without a probe: that answer showed the upstream serves.
+    fn revived(&mut self) {
+        for i in 0..self.links.len() {
+            let link = &mut self.links[i];
+            // Up and suspect only when revived: a failure clears `up`, and only a
+            // probe's answer sets it again on a suspect link.
+            if !link.suspect || !self.lanes[i].up.load(Ordering::Acquire) {
+                continue;
+            }
+            link.suspect = false;
+            link.backoff = FIRST_BACKOFF;
+            if matches!(link.state, State::Down(_)) {
+                self.connect(i);
+            }
+        }
+    }
+
     /// Writes what link `i` holds until done or the socket is full.
     fn flush(&mut self, i: usize) {
         let link = &mut self.links[i];
@@ -657,6 +679,7 @@ impl Upstreams {
             }
             link.answered += 1;
             link.stalls = 0;
+            let first = link.answered == 1;
             one_line(&mut line);
             let probe = link.probe.map(|(id, _)| id);
             let lane = &self.lanes[i];
@@ -671,6 +694,12 @@ impl Upstreams {
                 seen,
             )? {
                 self.healthy(i);
+            }
+            if first {
+                // A new connection's first answer, a JSON-RPC one: its upstream
+                // serves. (Garbage, which drops the connection, shows nothing: it
+                // must not bring lanes back from their backoff.)
+                self.shared.revive(self.lanes[i].upstream);
             }
         }
     }
@@ -691,6 +720,7 @@ impl Upstreams {
             };
             link.answered += 1;
             link.stalls = 0;
+            let first = link.answered == 1;
             one_line(&mut reply.body);
             let probe = link.probe.map(|(id, _)| id);
             let lane = &self.lanes[i];
@@ -700,6 +730,9 @@ impl Upstreams {
             if matches!(sent, Sent::One(id) if Some(id) == probe) {
                 // Any response proves the upstream serves.
                 self.healthy(i);
+                if first {
+                    self.shared.revive(self.lanes[i].upstream);
+                }
                 if reply.close {
                     return Err(Lost::Closed);
                 }
@@ -718,6 +751,10 @@ impl Upstreams {
                 lane.lock().keep_members(members);
             }
             relayed?;
+            if first {
+                // A new connection's first response: its upstream serves.
+                self.shared.revive(self.lanes[i].upstream);
+            }
             if reply.close {
                 return Err(Lost::Closed);
             }
