@@ -857,10 +857,6 @@ impl Engine {
                 } else {
                     defer.dedup_key()
                 };
-                // The claim's first lines, fetched while the fingerprint is hashed.
-                if let Some(k) = &key {
-                    d.store.prefetch(k);
-                }
                 (Some(d), key)
             }
             _ => (None, None),

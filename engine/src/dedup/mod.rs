@@ -212,17 +212,6 @@ impl Backend {
         each!(self, s => s.fingerprint(method, named, params))
     }
 
-    /// Fetches, without waiting, what a claim of `key` reads first (a hint: see
-    /// [`memory::MemoryStore::prefetch`]); nothing for a remote store.
-    #[inline(always)]
-    pub(crate) fn prefetch(&self, key: &Digest) {
-        match self {
-            Backend::Memory(s) => s.prefetch(key),
-            #[cfg(feature = "redis")]
-            Backend::Redis(_) => {}
-        }
-    }
-
     /// [`Store::claim`].
     #[inline]
     pub(crate) fn claim(&self, key: &Digest, fp: &Digest, id: Id<'_>, out: &mut Vec<u8>) -> Claim {
