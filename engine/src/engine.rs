@@ -1023,6 +1023,36 @@ impl Engine {
         }
     }
 
+    /// Fetches ahead, without waiting, the de-duplication store's line that the call in
+    /// `next` (the raw frame after the one about to be answered, whole or not) will
+    /// claim, so that the fetch overlaps the work on the frame before it: in a server,
+    /// where the socket work between two calls evicts the store from the CPU's caches,
+    /// that line is otherwise a wait of its own in every de-duplicated call. A hint
+    /// only: the id is peeked at, not parsed ([`crate::codec::peek`]); a wrong one
+    /// fetches a line no call needs. Nothing for an engine without a memory store or a
+    /// caller without an identity; only a flag read for a connection whose last call
+    /// was not de-duplicated by its identity and id.
+    #[inline(always)]
+    pub(crate) fn prefetch_frame(&self, next: &[u8], session: &crate::guard::Session) {
+        if session.take_keyed() {
+            self.prefetch_keyed(next, session);
+        }
+    }
+
+    /// [`Engine::prefetch_frame`]'s work, once it is worth it.
+    #[inline(never)]
+    fn prefetch_keyed(&self, next: &[u8], session: &crate::guard::Session) {
+        let Some(crate::dedup::Backend::Memory(store)) = self.dedup.as_ref().map(|d| &*d.store)
+        else {
+            return;
+        };
+        session.with_identity(|who| {
+            if let (Some(who), Some(id)) = (who, crate::codec::peek::id(next)) {
+                store.prefetch(&crate::dedup::Store::id_digest(store, &who, id));
+            }
+        });
+    }
+
     /// The de-duplication key of a call with `id` (batch element `element`) from
     /// `source`: by its `Idempotency-Key` header, or its authenticated identity.
     fn dedup_key(
@@ -1034,7 +1064,13 @@ impl Engine {
     ) -> Option<Digest> {
         let idem = source.headers.and_then(|h| h.get("idempotency-key"));
         match source.session {
-            Some(s) => s.with_identity(|who| d.key(who, idem, id, element)),
+            Some(s) => {
+                let key = s.with_identity(|who| d.key(who, idem, id, element));
+                if idem.is_none() && key.is_some() {
+                    s.set_keyed();
+                }
+                key
+            }
             None => d.key(None, idem, id, element),
         }
     }

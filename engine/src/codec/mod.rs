@@ -3,6 +3,7 @@
 
 pub(crate) mod de;
 pub(crate) mod frame;
+pub(crate) mod peek;
 pub(crate) mod raw;
 pub(crate) mod request;
 #[cfg(feature = "client")]

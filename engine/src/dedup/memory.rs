@@ -13,11 +13,15 @@
 //! Memory touched per call, for a store larger than the CPU's caches: the index (2-4
 //! MiB for 16 MiB of entries, so it stays in the last-level cache) once, at random (the
 //! new key's line: an evicted entry's is not touched, it goes stale in place), and the
-//! ring only at its two ends, fetched ahead (see [`Shard::prefetch_evictions`]).
+//! ring only at its two ends, fetched ahead (see [`Shard::prefetch_evictions`]). In a
+//! server the index line and the shard's header are fetched ahead too, a call early: the
+//! reactor peeks at the next line's id while the current call runs
+//! ([`MemoryStore::prefetch`], through `Engine::prefetch_frame`).
 
 use std::hash::BuildHasher;
 
 use foldhash::fast::RandomState;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -217,12 +221,19 @@ impl Ring {
 /// changes nothing the program sees.
 #[inline(always)]
 fn prefetch<T>(p: &T) {
+    prefetch_addr(std::ptr::from_ref(p).cast());
+}
+
+/// [`prefetch`] of any address, even one no longer allocated (a [`Hint`] read while
+/// its table is replaced): the address is not dereferenced.
+#[inline(always)]
+fn prefetch_addr(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: `_mm_prefetch` reads no memory the program sees and never faults (it is
-    // given a valid reference anyway); SSE, its target feature, is in x86_64's baseline.
+    // SAFETY: `_mm_prefetch` reads no memory the program sees and never faults, whatever
+    // the address; SSE, its target feature, is in x86_64's baseline.
     unsafe {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(p).cast());
+        _mm_prefetch::<_MM_HINT_T0>(p.cast());
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
@@ -355,9 +366,26 @@ struct Shard {
     spare: Vec<Vec<u8>>,
 }
 
+/// A shard behind its lock, on lines of its own (its lock and the fields a call reads
+/// are its first two lines, fetched ahead by [`MemoryStore::prefetch`]).
+#[repr(align(64))]
+#[derive(Default)]
+struct Locked(Mutex<Shard>);
+
+/// Where a shard's index is, readable without its lock, so that a call can fetch its
+/// index line ahead of the claim ([`MemoryStore::prefetch`]): set under the lock when
+/// the table is replaced. A stale value only fetches a useless line.
+#[derive(Default)]
+struct Hint {
+    table: AtomicPtr<u64>,
+    mask: AtomicUsize,
+}
+
 /// Answers in memory.
 pub(crate) struct MemoryStore {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[Locked]>,
+    /// Each shard's index's place ([`Hint`]), together on a few lines every call reads.
+    hints: Box<[Hint; SHARDS]>,
     /// Each shard's share of the byte bound.
     max_bytes: usize,
     ttl_ns: u64,
@@ -372,7 +400,8 @@ impl MemoryStore {
     /// A store of at most `max_bytes`, entries kept for `ttl`.
     pub(crate) fn new(max_bytes: usize, ttl: Duration) -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            shards: (0..SHARDS).map(|_| Locked::default()).collect(),
+            hints: Box::default(),
             max_bytes: (max_bytes / SHARDS).max(ENTRY_OVERHEAD * 4),
             ttl_ns: u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX),
             epoch: coarse_now_ns(),
@@ -386,27 +415,56 @@ impl MemoryStore {
         coarse_now_ns().saturating_sub(self.epoch)
     }
 
+    /// The shard of `key`: the top bits pick it (the index uses the low ones). They must
+    /// be bits the digest sets: the memory store's digests fill 64 of 128.
+    #[inline(always)]
+    fn shard_of(key: u64) -> usize {
+        (key >> (64 - SHARDS.trailing_zeros())) as usize % SHARDS
+    }
+
     fn shard(&self, key: u64) -> MutexGuard<'_, Shard> {
-        // The top bits pick the shard (the index uses the low ones).
-        // They must be bits the digest sets: the memory store's digests fill 64 of 128.
-        let i = (key >> (64 - SHARDS.trailing_zeros())) as usize;
         // A panic while holding the lock leaves consistent data (every step below
         // leaves the shard whole): still usable.
-        self.shards[i % SHARDS]
+        self.shards[Self::shard_of(key)]
+            .0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Fetches, without waiting, the lines a claim of `key` reads first: its shard's
+    /// lock and header, and its index line. Called by the reactor for the next line's
+    /// call while the current one runs (`Engine::prefetch_frame`), so that the fetch
+    /// overlaps a whole call's work: in a server, where the socket work evicts the
+    /// store between calls, the index line alone is an L3 or memory access with a TLB
+    /// miss (docs/PERFORMANCE.md, stop 29: ~150 ns a call at 64 MiB).
+    #[inline(always)]
+    pub(crate) fn prefetch(&self, key: &Digest) {
+        let k = key_bits(key);
+        let i = Self::shard_of(k);
+        if let Some(s) = self.shards.get(i) {
+            prefetch(s);
+            // The header's second line.
+            prefetch_addr(std::ptr::from_ref(s).cast::<u8>().wrapping_add(64));
+        }
+        if let Some(h) = self.hints.get(i) {
+            let table = h.table.load(Ordering::Relaxed);
+            if !table.is_null() {
+                let home = tag(k) as usize & h.mask.load(Ordering::Relaxed);
+                prefetch_addr(table.wrapping_add(home).cast::<u8>());
+            }
+        }
     }
 
     /// Entries held now, in all shards (for tests).
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().unwrap().live()).sum()
+        self.shards.iter().map(|s| s.0.lock().unwrap().live()).sum()
     }
 
     /// Bytes held now, in all shards (for tests).
     #[cfg(test)]
     fn bytes(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().unwrap().bytes).sum()
+        self.shards.iter().map(|s| s.0.lock().unwrap().bytes).sum()
     }
 
     /// Entries held now, per shard (for tests).
@@ -414,7 +472,7 @@ impl MemoryStore {
     fn spread(&self) -> Vec<usize> {
         self.shards
             .iter()
-            .map(|s| s.lock().unwrap().live())
+            .map(|s| s.0.lock().unwrap().live())
             .collect()
     }
 }
@@ -483,14 +541,16 @@ impl Shard {
     /// (stale entries counted), it is rebuilt without them, twice as large if the live
     /// ones fill more than half of it, so that a quarter of it fills before the next
     /// rebuild. Also rebuilt when `head` has moved 2^31 since the last rebuild, so that
-    /// no stale number comes round to a live one (see [`Shard::stale`]).
+    /// no stale number comes round to a live one (see [`Shard::stale`]). Returns
+    /// whether it rebuilt the index (which may have moved: see [`Hint`]).
     #[inline]
-    fn reserve(&mut self) {
-        if (self.index.len + 1) * 4 > self.index.table.len() * 3
-            || self.head.wrapping_sub(self.rebuilt_at) > 1 << 31
-        {
+    fn reserve(&mut self) -> bool {
+        let rebuild = (self.index.len + 1) * 4 > self.index.table.len() * 3
+            || self.head.wrapping_sub(self.rebuilt_at) > 1 << 31;
+        if rebuild {
             self.rebuild();
         }
+        rebuild
     }
 
     #[cold]
@@ -525,13 +585,6 @@ impl Shard {
             }
         }
         self.rebuilt_at = self.head;
-    }
-
-    /// Fetches, without waiting, the index line of `key`.
-    fn prefetch_entry(&self, key: u64) {
-        if let Some(e) = self.index.table.get(self.index.home(tag(key))) {
-            prefetch(e);
-        }
     }
 
     /// Fetches, without waiting, what this shard's next eviction will touch: the slot
@@ -970,9 +1023,14 @@ impl Store for MemoryStore {
         let (k, fp) = (key_bits(key), key_bits(fp));
         let mut guard = self.shard(k);
         let shard = &mut *guard;
-        shard.prefetch_entry(k);
         shard.trim(now, self.ttl_ns, self.max_bytes);
-        shard.reserve();
+        if shard.reserve() {
+            if let Some(h) = self.hints.get(Self::shard_of(k)) {
+                h.table
+                    .store(shard.index.table.as_mut_ptr(), Ordering::Relaxed);
+                h.mask.store(shard.index.mask(), Ordering::Relaxed);
+            }
+        }
         let seq = shard.next_seq();
         match shard.probe(k) {
             Ok((at, old)) => {
@@ -1073,6 +1131,29 @@ mod tests {
         match claim {
             Claim::Run(slot) => slot,
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// What [`MemoryStore::prefetch`] reads without the lock follows every move of a
+    /// shard's index (else the prefetch fetches a freed table's line: no harm, no gain).
+    #[test]
+    fn hints_follow_the_indexes() {
+        let s = store(1 << 20, 60_000);
+        let mut out = Vec::new();
+        for i in 0..20_000u32 {
+            let (k, fp) = (s.digest(&[&i.to_le_bytes()]), s.digest(&[b"f"]));
+            let slot = run(s.claim(&k, &fp, Id::Int(1), &mut out));
+            s.finish(&k, &fp, slot, br#""result":1}"#, None);
+            s.prefetch(&k);
+        }
+        for (shard, hint) in s.shards.iter().zip(s.hints.iter()) {
+            let mut shard = shard.0.lock().unwrap();
+            assert!(shard.index.table.len() > 16);
+            assert_eq!(
+                hint.table.load(Ordering::Relaxed),
+                shard.index.table.as_mut_ptr()
+            );
+            assert_eq!(hint.mask.load(Ordering::Relaxed), shard.index.mask());
         }
     }
 
@@ -1249,7 +1330,7 @@ mod tests {
         }
         let mut held = 0;
         for shard in s.shards.iter() {
-            let shard = shard.lock().unwrap();
+            let shard = shard.0.lock().unwrap();
             for (i, slot) in shard.slots.iter().enumerate() {
                 assert_ne!(slot.state, State::Gone);
                 assert_eq!(

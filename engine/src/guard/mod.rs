@@ -533,6 +533,11 @@ impl State {
 #[derive(Default)]
 pub struct Session {
     state: RefCell<State>,
+    /// Whether the connection's last call looked at was de-duplicated by identity and
+    /// id: only then is the next one's key worth fetching ahead
+    /// (`Engine::prefetch_frame`), so that connections calling other methods pay
+    /// nothing for it.
+    keyed: std::cell::Cell<bool>,
 }
 
 impl fmt::Debug for Session {
@@ -553,6 +558,18 @@ impl Session {
     pub fn identity(&self) -> Option<Arc<str>> {
         let st = self.state.try_borrow().ok()?;
         st.principal.as_ref().map(|p| Arc::clone(&p.name))
+    }
+
+    /// Notes that a call was just keyed by this session's identity and its id.
+    #[inline]
+    pub(crate) fn set_keyed(&self) {
+        self.keyed.set(true);
+    }
+
+    /// Whether a call was keyed since the last look, forgetting it.
+    #[inline]
+    pub(crate) fn take_keyed(&self) -> bool {
+        self.keyed.replace(false)
     }
 
     /// Runs `f` with the identity, borrowed (no reference count touched).
