@@ -1029,9 +1029,9 @@ impl Engine {
     /// where the socket work between two calls evicts the store from the CPU's caches,
     /// that line is otherwise a wait of its own in every de-duplicated call. A hint
     /// only: the id is peeked at, not parsed ([`crate::codec::peek`]); a wrong one
-    /// fetches a line no call needs. Nothing for an engine without a memory store or a
-    /// caller without an identity; only a flag read for a connection whose last call
-    /// was not de-duplicated by its identity and id.
+    /// fetches a line no call needs. Only a flag read for a connection whose last call
+    /// was not de-duplicated by its identity and id, or whose engine has no memory
+    /// store large enough to miss the caches ([`Dedup::fetch_ahead`]).
     #[inline(always)]
     pub(crate) fn prefetch_frame(&self, next: &[u8], session: &crate::guard::Session) {
         if session.take_keyed() {
@@ -1066,7 +1066,7 @@ impl Engine {
         match source.session {
             Some(s) => {
                 let key = s.with_identity(|who| d.key(who, idem, id, element));
-                if idem.is_none() && key.is_some() {
+                if d.fetch_ahead && idem.is_none() && key.is_some() {
                     s.set_keyed();
                 }
                 key

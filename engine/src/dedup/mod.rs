@@ -250,7 +250,17 @@ impl Backend {
 #[derive(Clone)]
 pub struct Dedup {
     pub(crate) store: Arc<Backend>,
+    /// Whether a server fetches the next call's store line ahead
+    /// (`Engine::prefetch_frame`): for a memory store that outgrows a core's own caches
+    /// ([`FETCH_AHEAD_FROM`]). A smaller one stays cached, and the hint would cost more
+    /// than it saves (measured: 0.88x calls/s at 64 KiB, 1.2x at 64 MiB).
+    pub(crate) fetch_ahead: bool,
 }
+
+/// The least memory store bound for which the next call's line is fetched ahead: a
+/// few times a core's L2 cache, where the store's lines no longer stay cached between
+/// calls.
+const FETCH_AHEAD_FROM: usize = 4 << 20;
 
 impl fmt::Debug for Dedup {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -266,6 +276,7 @@ impl Dedup {
     pub fn memory(max_bytes: usize, ttl: Duration) -> Self {
         Self {
             store: Arc::new(Backend::Memory(memory::MemoryStore::new(max_bytes, ttl))),
+            fetch_ahead: max_bytes >= FETCH_AHEAD_FROM,
         }
     }
 
@@ -283,6 +294,7 @@ impl Dedup {
     pub fn redis(url: &str, ttl: Duration, fail_open: bool) -> Result<Self, DedupError> {
         Ok(Self {
             store: Arc::new(Backend::Redis(redis::RedisStore::new(url, ttl, fail_open)?)),
+            fetch_ahead: false,
         })
     }
 
@@ -464,6 +476,15 @@ pub enum DedupError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The next call's line is fetched ahead only where the store can miss the caches.
+    #[test]
+    fn only_a_large_memory_store_fetches_ahead() {
+        assert!(!Dedup::memory(64 << 10, DEFAULT_TTL).fetch_ahead);
+        assert!(!Dedup::memory(FETCH_AHEAD_FROM - 1, DEFAULT_TTL).fetch_ahead);
+        assert!(Dedup::memory(FETCH_AHEAD_FROM, DEFAULT_TTL).fetch_ahead);
+        assert!(Dedup::memory(DEFAULT_MAX_BYTES, DEFAULT_TTL).fetch_ahead);
+    }
 
     #[test]
     fn tails_skip_any_id() {
