@@ -2,9 +2,10 @@
 //! may start early (the de-duplication store's line of the call's key, fetched while
 //! the request before it runs: see `Engine::prefetch_frame`).
 //!
-//! Only where clients put it, looked at in place, never searched for (the hint is read
-//! for every request of a server with a memory store, de-duplicated or not): the last
-//! member (`…,"id":7}`), or the first after `"jsonrpc":"2.0"` or alone (`{"id":7,…`).
+//! Only where clients put it, looked at in place, never searched for (it is read ahead of
+//! every call on a connection whose calls are being de-duplicated, so it must cost
+//! little): the last member (`…,"id":7}`), or the first after `"jsonrpc":"2.0"` or
+//! alone (`{"id":7,…`).
 //! It can be wrong (a value simd-json would refuse, a member of another object), so
 //! nothing may depend on it but speed: a wrong id only fetches a line no call needs.
 
@@ -29,8 +30,7 @@ pub(crate) fn id(buf: &[u8]) -> Option<Id<'_>> {
 
 /// The value of a last member `"id":VALUE}` of `line`.
 fn last(line: &[u8]) -> Option<Id<'_>> {
-    let line = trim_end(line).strip_suffix(b"}")?;
-    let line = trim_end(line);
+    let line = line.trim_ascii_end().strip_suffix(b"}")?.trim_ascii_end();
     let (value, before) = match line.last()? {
         b'"' => {
             let body = line.get(..line.len() - 1)?;
@@ -47,7 +47,7 @@ fn last(line: &[u8]) -> Option<Id<'_>> {
             (line.get(at..)?, line.get(..at)?)
         }
     };
-    let before = trim_end(trim_end(before).strip_suffix(b":")?);
+    let before = before.trim_ascii_end().strip_suffix(b":")?.trim_ascii_end();
     before.strip_suffix(b"\"id\"")?;
     scalar(value)
 }
@@ -95,15 +95,6 @@ fn integer(s: &[u8]) -> Option<u64> {
     s.get(..digits)?.iter().try_fold(0u64, |n, &d| {
         n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
     })
-}
-
-fn trim_end(s: &[u8]) -> &[u8] {
-    let n = s
-        .iter()
-        .rev()
-        .take_while(|b| matches!(b, b' ' | b'\t' | b'\r'))
-        .count();
-    s.get(..s.len() - n).unwrap_or_default()
 }
 
 #[cfg(test)]

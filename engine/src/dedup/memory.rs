@@ -14,7 +14,8 @@
 //! MiB for 16 MiB of entries, so it stays in the last-level cache) once, at random (the
 //! new key's line: an evicted entry's is not touched, it goes stale in place), and the
 //! ring only at its two ends, fetched ahead (see [`Shard::prefetch_evictions`]). In a
-//! server the index line and the shard's header are fetched ahead too, a call early: the
+//! server, for a store of 4 MiB or more, the index line and the shard's header are
+//! fetched ahead too, a call early: the
 //! reactor peeks at the next line's id while the current call runs
 //! ([`MemoryStore::prefetch`], through `Engine::prefetch_frame`).
 
