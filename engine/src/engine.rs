@@ -1031,23 +1031,24 @@ impl Engine {
     /// only: the id is peeked at, not parsed ([`crate::codec::peek`]); a wrong one
     /// fetches a line no call needs. Only a flag read for a connection whose last call
     /// was not de-duplicated by its identity and id, or whose engine has no memory
-    /// store large enough to miss the caches ([`Dedup::fetch_ahead`]).
+    /// store large enough to miss the caches ([`Dedup::fetch_ahead`]). `len` is the
+    /// length of the frame before it, the likely length of `next`'s.
     #[inline(always)]
-    pub(crate) fn prefetch_frame(&self, next: &[u8], session: &crate::guard::Session) {
+    pub(crate) fn prefetch_frame(&self, next: &[u8], len: usize, session: &crate::guard::Session) {
         if session.take_keyed() {
-            self.prefetch_keyed(next, session);
+            self.prefetch_keyed(next, len, session);
         }
     }
 
     /// [`Engine::prefetch_frame`]'s work, once it is worth it.
     #[inline(never)]
-    fn prefetch_keyed(&self, next: &[u8], session: &crate::guard::Session) {
+    fn prefetch_keyed(&self, next: &[u8], len: usize, session: &crate::guard::Session) {
         let Some(crate::dedup::Backend::Memory(store)) = self.dedup.as_ref().map(|d| &*d.store)
         else {
             return;
         };
         session.with_identity(|who| {
-            if let (Some(who), Some(id)) = (who, crate::codec::peek::id(next)) {
+            if let (Some(who), Some(id)) = (who, crate::codec::peek::id(next, len)) {
                 store.prefetch(&crate::dedup::Store::id_digest(store, &who, id));
             }
         });

@@ -938,7 +938,8 @@ fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<
         match &mut conn.decoder {
             Decoder::Line(d) => match d.decode(&mut conn.rbuf) {
                 Ok(Some(frame)) => {
-                    ctx.engine.prefetch_frame(&conn.rbuf, &conn.session);
+                    ctx.engine
+                        .prefetch_frame(&conn.rbuf, frame.len(), &conn.session);
                     answer_line(ctx, conn, key, &frame);
                 }
                 Ok(None) => return,
