@@ -1063,7 +1063,7 @@ impl Engine {
         id: Id<'_>,
         element: Option<u32>,
     ) -> Option<Digest> {
-        let idem = source.headers.and_then(|h| h.get("idempotency-key"));
+        let idem = source.headers.and_then(|h| h.idempotency_key());
         match source.session {
             Some(s) => {
                 let key = s.with_identity(|who| d.key(who, idem, id, element));

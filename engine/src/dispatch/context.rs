@@ -136,39 +136,100 @@ impl Connection {
 }
 
 /// An HTTP request's header fields, borrowed from its head in the read buffer (not
-/// copied). Lookups scan the head, so they cost only when a handler asks.
+/// copied). Lookups scan the head, so they cost only when a handler asks; the two
+/// fields the engine itself reads on every request are found by the decoder
+/// ([`Known`]).
 #[derive(Clone, Copy)]
 pub struct Headers<'a> {
     /// The whole head: request line, header lines, the empty line. httparse accepted it,
     /// so every header line is `name ":" value`.
     head: &'a [u8],
+    /// Where the decoder found the fields the engine reads itself, if it did.
+    known: Option<Known>,
+}
+
+/// Where the first `Authorization` and the first `Idempotency-Key` field's values
+/// (trimmed) are in a request head, as offsets from its start: found by the HTTP
+/// decoder while it read the head (httparse hands it every field), so that the guard
+/// and de-duplication, which read them on every request, do not scan the head again
+/// (~700 instructions a lookup, each).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Known {
+    pub(crate) authorization: Option<(u32, u32)>,
+    pub(crate) idempotency_key: Option<(u32, u32)>,
+}
+
+impl Known {
+    /// Where `value`, a slice of `head`, lies in it.
+    pub(crate) fn span(head: &[u8], value: &[u8]) -> Option<(u32, u32)> {
+        // Addresses compared, not dereferenced: `value` was sliced from `head`.
+        let start = (value.as_ptr() as usize).checked_sub(head.as_ptr() as usize)?;
+        let end = start.checked_add(value.len())?;
+        (end <= head.len()).then_some((u32::try_from(start).ok()?, u32::try_from(end).ok()?))
+    }
 }
 
 impl<'a> Headers<'a> {
     /// The fields of `head`, a request head the HTTP decoder accepted.
     pub(crate) fn new(head: &'a [u8]) -> Self {
-        Self { head }
+        Self { head, known: None }
+    }
+
+    /// The fields of `head`, with the engine's own fields where the decoder found them.
+    pub(crate) fn decoded(head: &'a [u8], known: Known) -> Self {
+        Self {
+            head,
+            known: Some(known),
+        }
+    }
+
+    fn at(&self, span: Option<(u32, u32)>) -> Option<&'a [u8]> {
+        let (start, end) = span?;
+        self.head.get(start as usize..end as usize)
+    }
+
+    /// The first `Authorization` field.
+    pub(crate) fn authorization(&self) -> Option<&'a [u8]> {
+        match self.known {
+            Some(k) => self.at(k.authorization),
+            None => self.get("authorization"),
+        }
+    }
+
+    /// The first `Idempotency-Key` field.
+    pub(crate) fn idempotency_key(&self) -> Option<&'a [u8]> {
+        match self.known {
+            Some(k) => self.at(k.idempotency_key),
+            None => self.get("idempotency-key"),
+        }
     }
 
     /// Every header field in order, name and value (without surrounding whitespace).
     pub fn iter(&self) -> impl Iterator<Item = (&'a str, &'a [u8])> + 'a {
-        let head = self.head;
-        head.split(|&b| b == b'\n')
-            .skip(1)
-            .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
-            .take_while(|line| !line.is_empty())
-            .filter_map(|line| {
-                let colon = memchr::memchr(b':', line)?;
-                let name = std::str::from_utf8(&line[..colon]).ok()?;
-                Some((name, trim(&line[colon + 1..])))
-            })
+        Lines::of(self.head).filter_map(|line| {
+            let colon = memchr::memchr(b':', line)?;
+            let name = std::str::from_utf8(line.get(..colon)?).ok()?;
+            Some((name, trim(line.get(colon + 1..)?)))
+        })
     }
 
     /// The first field named `name` (case-insensitive), if any.
+    ///
+    /// A walk of the head's lines that compares a line's name only when its length
+    /// matches: the guard (`Authorization`) and de-duplication (`Idempotency-Key`) look
+    /// up a field on every request, where splitting every line into name and value (as
+    /// [`Headers::iter`] does) cost ~1,100 instructions a lookup.
     pub fn get(&self, name: &str) -> Option<&'a [u8]> {
-        self.iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v)
+        let name = name.as_bytes();
+        // A header line is `name ":" value` (httparse accepted it), so a name holding a
+        // colon matches nothing.
+        if name.is_empty() || memchr::memchr(b':', name).is_some() {
+            return None;
+        }
+        Lines::of(self.head).find_map(|line| match line.split_at_checked(name.len()) {
+            Some((n, [b':', value @ ..])) if n.eq_ignore_ascii_case(name) => Some(trim(value)),
+            _ => None,
+        })
     }
 
     /// The first field named `name` as text, if it is UTF-8.
@@ -188,6 +249,57 @@ impl std::fmt::Debug for Headers<'_> {
         f.debug_map()
             .entries(self.iter().map(|(n, v)| (n, String::from_utf8_lossy(v))))
             .finish()
+    }
+}
+
+/// The header lines of a request head: after the request line, up to the empty line,
+/// without their line ends.
+struct Lines<'a>(&'a [u8]);
+
+impl<'a> Lines<'a> {
+    fn of(head: &'a [u8]) -> Self {
+        let after_request_line = newline(head).and_then(|nl| head.get(nl + 1..));
+        Self(after_request_line.unwrap_or_default())
+    }
+}
+
+/// Where the first `\n` of `s` is: eight bytes at a time, inline. Header lines are a
+/// few dozen bytes, where a call of `memchr` cost ~55 instructions a line (its set-up
+/// more than its search), and a request's fields are looked up twice or more (the
+/// guard's `Authorization`, de-duplication's `Idempotency-Key`).
+#[inline]
+fn newline(s: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let mut words = s.chunks_exact(8);
+    let mut at = 0;
+    for w in &mut words {
+        let w = u64::from_le_bytes(w.try_into().ok()?) ^ (ONES * u64::from(b'\n'));
+        // The lowest byte that was `\n` (now zero) sets the lowest high bit: borrows
+        // only run upwards, so bytes above a zero may be flagged wrongly, never below.
+        let zero = w.wrapping_sub(ONES) & !w & (ONES << 7);
+        if zero != 0 {
+            return Some(at + (zero.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    let rest = words.remainder();
+    rest.iter().position(|&b| b == b'\n').map(|i| at + i)
+}
+
+impl<'a> Iterator for Lines<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let end = newline(self.0).unwrap_or(self.0.len());
+        let (line, rest) = self.0.split_at_checked(end)?;
+        self.0 = rest.get(1..).unwrap_or_default();
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            // The empty line ends the head (or nothing is left): no more fields.
+            self.0 = &[];
+            return None;
+        }
+        Some(line)
     }
 }
 
@@ -233,9 +345,14 @@ impl<'a> Source<'a> {
     /// An HTTP request's body from `conn`, with the request's head (request line and
     /// header lines, as received).
     pub fn http(conn: &'a Connection, head: &'a [u8]) -> Self {
+        Self::http_headers(conn, Headers::new(head))
+    }
+
+    /// [`Source::http`] with the head's fields as the decoder found them.
+    pub(crate) fn http_headers(conn: &'a Connection, headers: Headers<'a>) -> Self {
         Self {
             conn,
-            headers: Some(Headers::new(head)),
+            headers: Some(headers),
             session: None,
             trace: None,
             header_budget: None,
@@ -428,6 +545,79 @@ mod tests {
         assert_eq!(h.get_str("X-A"), Some("1"));
         assert_eq!(h.get("missing"), None);
         assert_eq!(h.iter().count(), 4);
+    }
+
+    #[test]
+    fn newlines_are_found_in_any_place() {
+        for len in 0..40 {
+            for at in 0..=len {
+                let mut s = vec![b'a'; len];
+                if at < len {
+                    s[at] = b'\n';
+                }
+                for b in [0x0b, 0x09, 0x8a, 0xff, 0x00] {
+                    // Bytes one off a line feed around it change nothing.
+                    let mut t = s.clone();
+                    if at + 1 < len {
+                        t[at + 1] = b;
+                    }
+                    if at > 0 {
+                        t[at - 1] = b;
+                    }
+                    let want = t.iter().position(|&c| c == b'\n');
+                    assert_eq!(newline(&t), want, "{t:?}");
+                }
+            }
+        }
+    }
+
+    /// `get` against a search of `iter` (the plain reading of the fields), for names of
+    /// every kind: present in any case, absent, prefixes and extensions of present
+    /// names, with colons, empty; heads with bare `\n` line ends, no fields, or fields
+    /// after the empty line (not fields).
+    #[test]
+    fn get_finds_what_iter_lists() {
+        let heads: [&[u8]; 5] = [
+            b"POST / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\nIdempotency-Key:k-1\r\n\r\n",
+            b"POST / HTTP/1.1\nhost:x\nauthorization:  a b \n\n",
+            b"POST / HTTP/1.1\r\n\r\nHost: after-the-end\r\n",
+            b"POST / HTTP/1.1\r\nX-Empty:\r\nX-A: 1\r\nX-A: 2\r\n\r\n",
+            b"POST / HTTP/1.1",
+        ];
+        let names = [
+            "host",
+            "HOST",
+            "authorization",
+            "Authorization",
+            "idempotency-key",
+            "idempotency-ke",
+            "idempotency-keys",
+            "x-empty",
+            "x-a",
+            "x",
+            "",
+            "host:",
+            "a:b",
+            "missing",
+        ];
+        for head in heads {
+            let h = Headers::new(head);
+            for name in names {
+                let want = h
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                    .map(|(_, v)| v);
+                assert_eq!(
+                    h.get(name),
+                    want,
+                    "{name:?} in {:?}",
+                    String::from_utf8_lossy(head)
+                );
+            }
+        }
+        let h = Headers::new(heads[2]);
+        assert_eq!(h.iter().count(), 0);
+        assert_eq!(Headers::new(heads[3]).get("x-empty"), Some(&b""[..]));
     }
 
     #[test]

@@ -260,7 +260,7 @@ impl Guard {
             return Ok(());
         }
         let mut st = session.state.borrow_mut();
-        let Some(token) = headers.get("authorization").and_then(bearer) else {
+        let Some(token) = headers.authorization().and_then(bearer) else {
             st.forget();
             return Err(Denied::Unauthenticated(
                 "missing `Authorization: Bearer TOKEN` header",

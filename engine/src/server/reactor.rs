@@ -958,6 +958,7 @@ fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<
                     reply,
                     traced,
                     budget,
+                    known,
                 }) => {
                     let trace = if traced { body.trace() } else { None };
                     if !reply.keep_alive {
@@ -968,7 +969,7 @@ fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<
                         conn,
                         key,
                         body.body(),
-                        Some((reply, body.head(), budget)),
+                        Some((reply, Headers::decoded(body.head(), known), budget)),
                         trace,
                     );
                 }
@@ -1078,7 +1079,7 @@ fn upgrade(ctx: &mut Ctx, conn: &mut Conn, key: &[u8; 24], head: &[u8], reply: R
     let mark = conn.out.len();
     if let Some(guard) = ctx.engine.guard() {
         let headers = Headers::new(head);
-        if headers.get("authorization").is_none() {
+        if headers.authorization().is_none() {
             // No credentials of its own: nothing of an earlier request's carries over.
             let _ = guard.authenticate_http(&conn.session, &headers);
         } else {
@@ -1169,15 +1170,14 @@ fn answer(
     conn: &mut Conn,
     key: usize,
     frame: &[u8],
-    http: Option<(Reply, &[u8], Option<u32>)>,
+    http: Option<(Reply, Headers<'_>, Option<u32>)>,
     trace: Option<Trace>,
 ) {
     let mark = conn.out.len();
     // The caller's trace (HTTP `traceparent`), or one of ours for a sampled frame.
     let trace = trace.or_else(|| ctx.engine.sample_trace());
-    if let (Some((reply, request_head, _)), Some(guard)) = (http, ctx.engine.guard()) {
+    if let (Some((reply, headers, _)), Some(guard)) = (http, ctx.engine.guard()) {
         // Credentials come with each HTTP request: checked before its body is read.
-        let headers = Headers::new(request_head);
         if let Err(denied) = guard.authenticate_http(&conn.session, &headers) {
             if let Some(m) = ctx.pending.metrics() {
                 m.event(crate::metrics::Event::AuthFailure);
@@ -1200,8 +1200,8 @@ fn answer(
         .then(|| websocket::begin_message(&mut conn.out));
     let body_at = conn.out.len();
     let source = match http {
-        Some((_, request_head, budget)) => {
-            Source::http(&conn.info, request_head).with_header_budget(budget)
+        Some((_, headers, budget)) => {
+            Source::http_headers(&conn.info, headers).with_header_budget(budget)
         }
         // Connections that can carry notifications: TCP, Unix, WebSocket (and stdio,
         // served elsewhere).
@@ -1319,7 +1319,7 @@ fn refuse_unauthenticated(
     let mut body = Vec::with_capacity(160);
     denied.write_unbound(&mut body);
     // RFC 6750 §3: a token was sent but is not valid: `error="invalid_token"`.
-    let challenge = if headers.get("authorization").is_some() {
+    let challenge = if headers.authorization().is_some() {
         r#"Bearer realm="ringrpc", error="invalid_token""#
     } else {
         r#"Bearer realm="ringrpc""#

@@ -135,6 +135,10 @@ pub(super) struct Fields<'h> {
     pub(super) ws_key: Option<&'h [u8]>,
     /// The first `Sec-WebSocket-Version`.
     pub(super) ws_version: Option<&'h [u8]>,
+    /// The first `Authorization` (read by the guard on every request).
+    pub(super) authorization: Option<&'h [u8]>,
+    /// The first `Idempotency-Key` (read by de-duplication on every call).
+    pub(super) idempotency_key: Option<&'h [u8]>,
 }
 
 impl<'h> Fields<'h> {
@@ -161,6 +165,12 @@ impl<'h> Fields<'h> {
                 self.websocket |= list(value).any(|p| p.eq_ignore_ascii_case(b"websocket"));
             }
             11 if is(b"traceparent") => self.traced = true,
+            13 if is(b"authorization") => {
+                self.authorization.get_or_insert(value);
+            }
+            15 if is(b"idempotency-key") => {
+                self.idempotency_key.get_or_insert(value);
+            }
             12 if is(b"content-type") => self.not_json |= !is_json(value),
             16 if is(b"content-encoding") => {
                 self.encoded |= list(value).any(|c| !c.eq_ignore_ascii_case(b"identity"));

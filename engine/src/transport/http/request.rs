@@ -13,6 +13,7 @@ use super::fields::{request_path, trim, Fields};
 use super::{Cors, Origin, Reply, MAX_CHUNK_LINE};
 use crate::config::defaults::{DEFAULT_MAX_HEAD_BYTES, DEFAULT_MAX_REQUEST_BYTES};
 use crate::config::{Config, ServerConfig};
+use crate::dispatch::context::Known;
 use crate::trace::Trace;
 
 /// Default [`HttpLimits::max_headers`]: 64.
@@ -287,6 +288,8 @@ pub(crate) enum HttpEvent {
         traced: bool,
         /// The caller's budget from the first `RPC-Timeout-Ms`, in milliseconds.
         budget: Option<u32>,
+        /// Where the fields the engine reads on every request are in the head.
+        known: Known,
     },
     /// `GET /health`: answer with [`write_health`](super::write_health).
     Health {
@@ -434,6 +437,7 @@ struct RpcMeta {
     reply: Reply,
     traced: bool,
     budget: Option<u32>,
+    known: Known,
     /// The head's length: it stays at the front of the buffer, before the body, until
     /// the two are split off together.
     head: usize,
@@ -604,6 +608,7 @@ impl HttpDecoder {
             reply: meta.reply,
             traced: meta.traced,
             budget: meta.budget,
+            known: meta.known,
         }
     }
 
@@ -683,7 +688,7 @@ impl HttpDecoder {
         }
         let plan = match parsed {
             Ok(httparse::Status::Complete(len)) => {
-                let plan = self.plan(&req, len);
+                let plan = self.plan(&req, &buf[..len]);
                 // A JSON-RPC request's head stays in front of its body, for `Headers`,
                 // and a handshake's goes with its event; any other head is done with.
                 if !matches!(plan, Ok(Plan::Rpc { .. } | Plan::Upgrade { .. })) {
@@ -721,7 +726,8 @@ impl HttpDecoder {
 
     /// Reads the head's fields (`head_len` bytes in all) and decides what to do with the
     /// request.
-    fn plan(&self, req: &httparse::Request<'_, '_>, head_len: usize) -> Result<Plan, HttpError> {
+    fn plan(&self, req: &httparse::Request<'_, '_>, head_bytes: &[u8]) -> Result<Plan, HttpError> {
+        let head_len = head_bytes.len();
         let http11 = match req.version {
             Some(1) => true,
             Some(0) => false,
@@ -796,6 +802,12 @@ impl HttpDecoder {
                         reply,
                         traced: f.traced,
                         budget: f.budget.flatten(),
+                        known: Known {
+                            authorization: f.authorization.and_then(|v| Known::span(head_bytes, v)),
+                            idempotency_key: f
+                                .idempotency_key
+                                .and_then(|v| Known::span(head_bytes, v)),
+                        },
                         head: head_len,
                     },
                 },
@@ -1840,6 +1852,59 @@ mod tests {
         assert!(buf.is_empty() && dec.is_closed());
         buf.extend_from_slice(GET_HEALTH.as_bytes());
         assert!(dec.decode(&mut buf).is_none() && buf.is_empty());
+    }
+
+    /// The fields the decoder finds for the engine (`Known`) are what a scan of the
+    /// head finds: first of several, any case, trimmed, absent; with `Content-Length`
+    /// and chunked bodies (whose head moves over the first size line), each request
+    /// fed whole and a byte at a time.
+    #[test]
+    fn known_fields_agree_with_a_scan() {
+        use crate::dispatch::context::Headers;
+        let heads = [
+            "Host: x\r\nAuthorization: Bearer t-1\r\nIdempotency-Key: k-1\r\n",
+            "Host: x\r\nauthorization:Bearer t\r\nAUTHORIZATION: second\r\n",
+            "Host: x\r\nIdempotency-Key:\t  spaced \t\r\nidempotency-key: second\r\n",
+            "Host: x\r\nX-Authorization: no\r\nIdempotency-Keys: no\r\n",
+            "Host: x\r\nIdempotency-Key:\r\n",
+            "Host: x\r\n",
+        ];
+        let bodies = [
+            "Content-Length: 2\r\n\r\n[]",
+            "Transfer-Encoding: chunked\r\n\r\n2\r\n[]\r\n0\r\n\r\n",
+        ];
+        for fields in heads {
+            for body in bodies {
+                let request = format!("POST / HTTP/1.1\r\n{fields}{body}");
+                for step in [request.len(), 1] {
+                    let mut dec = HttpDecoder::new(HttpLimits::default());
+                    let mut buf = BytesMut::new();
+                    let mut event = None;
+                    for piece in request.as_bytes().chunks(step) {
+                        buf.extend_from_slice(piece);
+                        if let Some(e) = dec.decode(&mut buf) {
+                            event = Some(e);
+                        }
+                    }
+                    let Some(HttpEvent::Rpc { body, known, .. }) = event else {
+                        panic!("no request decoded from {request:?}");
+                    };
+                    let decoded = Headers::decoded(body.head(), known);
+                    let scanned = Headers::new(body.head());
+                    assert_eq!(
+                        decoded.authorization(),
+                        scanned.authorization(),
+                        "{request:?}"
+                    );
+                    assert_eq!(
+                        decoded.idempotency_key(),
+                        scanned.idempotency_key(),
+                        "{request:?}"
+                    );
+                    assert_eq!(scanned.authorization(), scanned.get("Authorization"));
+                }
+            }
+        }
     }
 
     #[test]
