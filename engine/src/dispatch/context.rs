@@ -155,17 +155,17 @@ pub struct Headers<'a> {
 /// (~700 instructions a lookup, each).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Known {
-    pub(crate) authorization: Option<(u32, u32)>,
-    pub(crate) idempotency_key: Option<(u32, u32)>,
+    pub(crate) authorization: Option<(usize, usize)>,
+    pub(crate) idempotency_key: Option<(usize, usize)>,
 }
 
 impl Known {
     /// Where `value`, a slice of `head`, lies in it.
-    pub(crate) fn span(head: &[u8], value: &[u8]) -> Option<(u32, u32)> {
+    pub(crate) fn span(head: &[u8], value: &[u8]) -> Option<(usize, usize)> {
         // Addresses compared, not dereferenced: `value` was sliced from `head`.
         let start = (value.as_ptr() as usize).checked_sub(head.as_ptr() as usize)?;
         let end = start.checked_add(value.len())?;
-        (end <= head.len()).then_some((u32::try_from(start).ok()?, u32::try_from(end).ok()?))
+        (end <= head.len()).then_some((start, end))
     }
 }
 
@@ -183,9 +183,9 @@ impl<'a> Headers<'a> {
         }
     }
 
-    fn at(&self, span: Option<(u32, u32)>) -> Option<&'a [u8]> {
+    fn at(&self, span: Option<(usize, usize)>) -> Option<&'a [u8]> {
         let (start, end) = span?;
-        self.head.get(start as usize..end as usize)
+        self.head.get(start..end)
     }
 
     /// The first `Authorization` field.

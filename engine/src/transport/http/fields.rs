@@ -273,7 +273,6 @@ fn list(value: &[u8]) -> impl Iterator<Item = &[u8]> {
         .filter(|t| !t.is_empty())
 }
 
-/// `value` without leading and trailing spaces and tabs (OWS).
 /// Whether a field's `name` (as httparse accepted it: a token) is `lower`, a name in
 /// lower case of letters and `-`, in any case: eight bytes at a time, each byte's
 /// `0x20` bit set (which lowers a letter and leaves `-` as it is), where
@@ -299,6 +298,7 @@ fn is_name(name: &[u8], lower: &[u8]) -> bool {
     a.iter().zip(b).all(|(x, y)| x | 0x20 == *y)
 }
 
+/// `value` without leading and trailing spaces and tabs (OWS).
 pub(super) fn trim(value: &[u8]) -> &[u8] {
     let is_ows = |b: &u8| *b == b' ' || *b == b'\t';
     let start = value.iter().position(|b| !is_ows(b)).unwrap_or(value.len());
