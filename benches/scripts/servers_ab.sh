@@ -19,7 +19,8 @@ loadgen=${LOADGEN:-target/release/loadgen}
 need "$loadgen"
 [ $# -ge 2 ] || { echo "usage: $0 NAME=SERVER[:FLAGS] NAME=SERVER[:FLAGS] ..." >&2; exit 2; }
 printf '[[key]]\nname  = "bench-1"\ntoken = "b3nch-t0ken-1"\nallow = ["*"]\n' >"$tmp/keys.toml"
-pin() { if [ "$(nproc)" -ge 2 ]; then taskset -c "$1" "${@:2}"; else "${@:2}"; fi; }
+srv=() lg=()
+if [ "$(nproc)" -ge 2 ]; then srv=(taskset -c 1); lg=(taskset -c 0); fi
 urls=()
 for spec in "$@"; do
   name=${spec%%=*} rest=${spec#*=}
@@ -27,10 +28,10 @@ for spec in "$@"; do
   [[ "$rest" == *:* ]] && flags=${rest#*:}
   need "$bin"
   # shellcheck disable=SC2086 # word splitting wanted: several flags
-  pin 1 "$bin" --tcp 127.0.0.1:0 --http off --auth-file "$tmp/keys.toml" $flags >"$tmp/$name.out" 2>&1 &
+  "${srv[@]}" "$bin" --tcp 127.0.0.1:0 --http off --auth-file "$tmp/keys.toml" $flags >"$tmp/$name.out" 2>&1 &
   pids+=($!)
   urls+=("$name=tcp://$(listening "$tmp/$name.out" tcp)")
 done
-pin 0 "$loadgen" --compare "${urls[@]}" --rounds "${ROUNDS:-4}" --duration "${DURATION:-3}" \
+"${lg[@]}" "$loadgen" --compare "${urls[@]}" --rounds "${ROUNDS:-4}" --duration "${DURATION:-3}" \
   --warmup "${WARMUP:-1}" --connections "${CONNECTIONS:-16}" --depth "${DEPTH:-64}" --mix "${MIX:-incr}" \
   --hello '{"jsonrpc":"2.0","method":"rpc.auth","params":{"token":"b3nch-t0ken-1"},"id":0}'
