@@ -1671,4 +1671,226 @@ mod tests {
         assert_ne!(s.id_digest(&Identity::new(""), Id::Null), s.digest(&[]));
         assert_ne!(s.digest(&[b"ab", b"c"]), s.digest(&[b"a", b"bc"]));
     }
+
+    /// Everything a shard promises, checked whole: its count of index places, its hint,
+    /// every entry reachable from its home (no empty place between), one entry per
+    /// live slot, with the slot's tag, and every held key found at its slot.
+    fn check_shard(sh: &Shard, hint: &Hint, ctx: &str) {
+        let t = &sh.index.table;
+        let n = t.len();
+        let nonempty = t.iter().filter(|&&e| e != 0).count();
+        assert_eq!(sh.index.len, nonempty, "{ctx}: len");
+        if n == 0 {
+            assert_eq!(sh.live(), 0, "{ctx}");
+            return;
+        }
+        assert_eq!(
+            hint.table.load(Ordering::Relaxed),
+            t.as_ptr() as *mut u64,
+            "{ctx}: hint"
+        );
+        assert_eq!(hint.mask.load(Ordering::Relaxed), n - 1, "{ctx}: hint mask");
+        assert!(nonempty * 4 <= n * 3, "{ctx}: full");
+        let mask = n - 1;
+        for p in 0..n {
+            let e = t[p];
+            if e == 0 {
+                continue;
+            }
+            let mut q = sh.index.home(entry_tag(e));
+            while q != p {
+                assert_ne!(t[q], 0, "{ctx}: entry at {p} unreachable from its home");
+                q = (q + 1) & mask;
+            }
+        }
+        let mut seen = vec![false; sh.slots.len()];
+        for &e in t.iter() {
+            if e == 0 || sh.stale(e) {
+                continue;
+            }
+            let off = sh.offset(e);
+            let slot = sh.slots.get(off).unwrap();
+            assert_ne!(slot.state, State::Gone, "{ctx}: live entry at a gone slot");
+            assert_eq!(tag(slot.key), entry_tag(e), "{ctx}: tag");
+            assert!(!seen[off], "{ctx}: two entries for one slot");
+            seen[off] = true;
+        }
+        let mut keys = std::collections::HashSet::new();
+        for (i, slot) in sh.slots.iter().enumerate() {
+            if slot.state != State::Gone {
+                assert!(seen[i], "{ctx}: slot {i} without entry");
+                assert!(keys.insert(slot.key), "{ctx}: key held twice");
+                assert_eq!(
+                    sh.find(slot.key).map(|f| f.1),
+                    Some(sh.head + i as u64),
+                    "{ctx}: find"
+                );
+            }
+        }
+    }
+
+    /// What the model knows of a key.
+    #[derive(Clone, Debug)]
+    enum M {
+        Absent,
+        Running {
+            fp: u64,
+            slot: u64,
+        },
+        Done {
+            fp: u64,
+            answer: Vec<u8>,
+            code: Option<i32>,
+            at: u64,
+        },
+    }
+
+    /// The store against a model, through its own calls (`claim`, `finish`, `release`)
+    /// in one shard: keys whose homes collide about the end of 64- and 128-place
+    /// tables, equal tags, wrong fingerprints, four byte bounds, up to 12 calls running
+    /// at once (moved to the back by trims), the clock jumping past TTLs, numbers about
+    /// 2^32 and a rebuild forced by the 2^31 rule. After every step the shard is
+    /// checked whole ([`check_shard`]); every answer is what the model allows: a running
+    /// key in progress or a mismatch, a released key run anew, a replay with the stored
+    /// answer and code, never after its TTL. (Written by a review of `Shard::clean_run`.)
+    #[test]
+    fn store_against_a_model_with_colliding_keys() {
+        let dig = |k: u64| {
+            let mut d = [0u8; 16];
+            d[..8].copy_from_slice(&k.to_le_bytes());
+            d
+        };
+        let mix = |x: u64| {
+            let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        let nk = 160usize;
+        let key = |i: usize| -> u64 {
+            let i = i as u64;
+            let low = match i % 4 {
+                0 => (61 + (i / 4) % 5) % 64,
+                1 => (125 + (i / 4) % 6) % 128,
+                _ => mix(i) & 0xffff_ffff,
+            };
+            // shard 0: top 4 bits clear
+            low | (((i + 1) << 32) & 0x0fff_ffff_0000_0000)
+        };
+        let (seeds, steps): (u64, usize) = (12, 10_000);
+        let ttl_ms = 10_000u64;
+        let ttl = ttl_ms * 1_000_000;
+        for seed in 0..seeds {
+            let per_shard = [384usize, 96 * 12, 96 * 30, 96 * 60][(seed % 4) as usize];
+            let mut s = store(per_shard * SHARDS, ttl_ms);
+            let start = match seed % 3 {
+                0 => 0u64,
+                1 => (1u64 << 32) - 300,
+                _ => (3u64 << 32) - 7,
+            };
+            {
+                let mut sh = s.shards[0].0.lock().unwrap();
+                sh.head = start;
+                sh.rebuilt_at = if seed % 6 == 5 {
+                    start.wrapping_sub((1 << 31) - 40)
+                } else {
+                    start
+                };
+            }
+            let mut r = 0x2545_f491_4f6c_dd1du64 ^ mix(seed);
+            let mut rnd = move || {
+                r ^= r << 13;
+                r ^= r >> 7;
+                r ^= r << 17;
+                r
+            };
+            let mut model = vec![M::Absent; nk];
+            let mut out = Vec::new();
+            let fp_of = |i: usize| mix(i as u64 + 1_000_000);
+            for step in 0..steps {
+                let ctx = format!("seed {seed}, step {step}");
+                let op = rnd() % 100;
+                let running: Vec<usize> = (0..nk)
+                    .filter(|&i| matches!(model[i], M::Running { .. }))
+                    .collect();
+                if op < 3 {
+                    let d = [
+                        1_000_000u64,
+                        100_000_000,
+                        3_000_000_000,
+                        8_000_000_000,
+                        11_000_000_000,
+                    ][(rnd() % 5) as usize];
+                    s.epoch -= d;
+                } else if op < 30 && !running.is_empty() {
+                    let i = running[(rnd() % running.len() as u64) as usize];
+                    let M::Running { fp, slot } = model[i].clone() else {
+                        unreachable!()
+                    };
+                    let len = [2usize, 10, 29, 30, 31, 50][(rnd() % 6) as usize];
+                    let answer: Vec<u8> = (0..len)
+                        .map(|j| b'a' + ((j as u64 + step as u64) % 26) as u8)
+                        .collect();
+                    let code = if rnd() % 2 == 0 {
+                        None
+                    } else {
+                        Some(step as i32)
+                    };
+                    s.finish(&dig(key(i)), &dig(fp), slot, &answer, code);
+                    model[i] = M::Done {
+                        fp,
+                        answer,
+                        code,
+                        at: s.now(),
+                    };
+                } else if op < 36 && !running.is_empty() {
+                    let i = running[(rnd() % running.len() as u64) as usize];
+                    let M::Running { fp, slot } = model[i].clone() else {
+                        unreachable!()
+                    };
+                    s.release(&dig(key(i)), &dig(fp), slot);
+                    model[i] = M::Absent;
+                } else {
+                    if running.len() > 12 {
+                        continue;
+                    }
+                    let i = (rnd() % nk as u64) as usize;
+                    let fp = if rnd() % 20 == 0 {
+                        fp_of(i) ^ 1
+                    } else {
+                        fp_of(i)
+                    };
+                    let before = s.now();
+                    out.clear();
+                    let c = s.claim(&dig(key(i)), &dig(fp), Id::Null, &mut out);
+                    match (&model[i], c) {
+                        (M::Absent, Claim::Run(slot)) => model[i] = M::Running { fp, slot },
+                        (M::Running { fp: f0, .. }, Claim::InProgress) if *f0 == fp => {}
+                        (M::Running { fp: f0, .. }, Claim::Mismatch) if *f0 != fp => {}
+                        // Evicted or expired.
+                        (M::Done { .. }, Claim::Run(slot)) => model[i] = M::Running { fp, slot },
+                        (
+                            M::Done {
+                                fp: f0,
+                                answer,
+                                code,
+                                at,
+                            },
+                            Claim::Replayed(c2),
+                        ) if *f0 == fp => {
+                            assert!(before <= at + ttl, "{ctx}: replayed after expiry");
+                            assert_eq!(*code, c2, "{ctx}");
+                            assert!(out.ends_with(answer), "{ctx}: answer");
+                        }
+                        (M::Done { fp: f0, at, .. }, Claim::Mismatch) if *f0 != fp => {
+                            assert!(before <= at + ttl, "{ctx}: mismatch after expiry");
+                        }
+                        (m, c) => panic!("{ctx}: key {i} model {m:?} claim {c:?}"),
+                    }
+                }
+                let sh = s.shards[0].0.lock().unwrap();
+                check_shard(&sh, &s.hints[0], &ctx);
+            }
+        }
+    }
 }
