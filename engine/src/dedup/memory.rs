@@ -1178,6 +1178,20 @@ mod tests {
         MemoryStore::new(max, Duration::from_millis(ttl_ms))
     }
 
+    /// The index's places not empty (what its `len` must count).
+    fn places(index: &Index) -> usize {
+        index.table.iter().filter(|&&e| e != 0).count()
+    }
+
+    /// The next number of a xorshift sequence from `r` (the tests' deterministic
+    /// randomness).
+    fn xorshift(r: &mut u64) -> u64 {
+        *r ^= *r << 13;
+        *r ^= *r >> 7;
+        *r ^= *r << 17;
+        *r
+    }
+
     /// The slot of a claim that runs.
     fn run(claim: Claim) -> u64 {
         match claim {
@@ -1391,8 +1405,7 @@ mod tests {
         for shard in s.shards.iter() {
             let shard = shard.0.lock().unwrap();
             rebuilds += shard.rebuilds;
-            let places = shard.index.table.iter().filter(|&&e| e != 0).count();
-            assert_eq!(shard.index.len, places);
+            assert_eq!(shard.index.len, places(&shard.index));
             for (i, slot) in shard.slots.iter().enumerate() {
                 assert_ne!(slot.state, State::Gone);
                 assert_eq!(
@@ -1433,10 +1446,7 @@ mod tests {
         };
         let mut r = 0x2545_f491_4f6c_dd1du64;
         for step in 0..20_000 {
-            r ^= r << 13;
-            r ^= r >> 7;
-            r ^= r << 17;
-            let i = (r % alive.len() as u64) as usize;
+            let i = (xorshift(&mut r) % alive.len() as u64) as usize;
             let k = key(i);
             match alive[i].take() {
                 Some(seq) => {
@@ -1538,8 +1548,7 @@ mod tests {
                     if i >= cap as u64 && !held.iter().any(|h| h.0 == evicted) {
                         assert_eq!(shard.find(evicted), None, "{ctx}");
                     }
-                    let places = shard.index.table.iter().filter(|&&e| e != 0).count();
-                    assert_eq!(shard.index.len, places, "{ctx}");
+                    assert_eq!(shard.index.len, places(&shard.index), "{ctx}");
                 }
                 rebuilds[usize::from(clean)] = shard.rebuilds;
             }
@@ -1678,7 +1687,7 @@ mod tests {
     fn check_shard(sh: &Shard, hint: &Hint, ctx: &str) {
         let t = &sh.index.table;
         let n = t.len();
-        let nonempty = t.iter().filter(|&&e| e != 0).count();
+        let nonempty = places(&sh.index);
         assert_eq!(sh.index.len, nonempty, "{ctx}: len");
         if n == 0 {
             assert_eq!(sh.live(), 0, "{ctx}");
@@ -1798,12 +1807,7 @@ mod tests {
                 };
             }
             let mut r = 0x2545_f491_4f6c_dd1du64 ^ mix(seed);
-            let mut rnd = move || {
-                r ^= r << 13;
-                r ^= r >> 7;
-                r ^= r << 17;
-                r
-            };
+            let mut rnd = move || xorshift(&mut r);
             let mut model = vec![M::Absent; nk];
             let mut out = Vec::new();
             let fp_of = |i: usize| mix(i as u64 + 1_000_000);
