@@ -560,8 +560,8 @@ impl Shard {
     /// (a stale entry's) and its probe passed them on its way to `end`, the empty place
     /// that ended it, so their lines are in the cache. Stale entries are so deleted
     /// nearly as fast as evictions make them, and the index is rebuilt for them far
-    /// less often (4-5 times less in the tests, never in a server with the default 64
-    /// MiB store under `incr`): a rebuild is a pass over the whole table, ~0.8 ms for a
+    /// less often (6-9 times less in the store's churn test, never in a server at 4,
+    /// 16 or 64 MiB under `incr`): a rebuild is a pass over the whole table, ~0.8 ms for a
     /// shard of a 64 MiB store, a pause every call waiting behind it saw (p99 1.4 ms
     /// against 0.7 without them: docs/PERFORMANCE.md, stop 31).
     ///
