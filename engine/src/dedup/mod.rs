@@ -271,8 +271,10 @@ impl fmt::Debug for Dedup {
 }
 
 impl Dedup {
-    /// Answers kept in this process's memory, at most `max_bytes` of them (oldest evicted
-    /// first), each for `ttl`.
+    /// Answers kept in this process's memory, in at most `max_bytes` (oldest evicted
+    /// first), each for `ttl`. An entry counts 96 bytes (its slot, with an answer of up
+    /// to 30 bytes, and its index entry), plus its answer's length when longer: the
+    /// store's tables themselves stay within the bound.
     pub fn memory(max_bytes: usize, ttl: Duration) -> Self {
         Self {
             store: Arc::new(Backend::Memory(memory::MemoryStore::new(max_bytes, ttl))),
