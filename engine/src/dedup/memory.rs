@@ -127,22 +127,9 @@ struct Ring {
     buf: Vec<Slot>,
     front: usize,
     len: usize,
-    /// The length the buffer grows to and stops at, unless a push finds it full (0: no
-    /// such length, it doubles). A shard's is one more than the slots its byte bound
-    /// holds, so that once full a push lands on the place of the slot evicted just
-    /// before it, a line the eviction has just read (see [`Shard`]).
-    cap: usize,
 }
 
 impl Ring {
-    /// A ring whose buffer stops growing at `cap` slots (see [`Ring::cap`]).
-    fn with_cap(cap: usize) -> Self {
-        Self {
-            cap,
-            ..Self::default()
-        }
-    }
-
     fn len(&self) -> usize {
         self.len
     }
@@ -213,10 +200,12 @@ impl Ring {
         Some(slot)
     }
 
+    /// Pushes `slot` at the back; when the buffer is full it grows, up to `cap` slots
+    /// (0: doubling). A shard's `cap` is [`MemoryStore::slots`].
     #[inline]
-    fn push_back(&mut self, slot: Slot) {
+    fn push_back(&mut self, slot: Slot, cap: usize) {
         if self.len == self.buf.len() {
-            self.grow();
+            self.grow(cap);
         }
         let at = self.place(self.len);
         if let Some(to) = self.buf.get_mut(at) {
@@ -225,14 +214,14 @@ impl Ring {
         }
     }
 
-    /// Twice the room up to [`Ring::cap`] (past it only when a push finds it full), the
+    /// Twice the room up to `cap` slots (past it only when a push finds it full), the
     /// slots moved to the new buffer's start (only while the store grows).
     #[cold]
     #[inline(never)]
-    fn grow(&mut self) {
+    fn grow(&mut self, cap: usize) {
         let twice = (self.buf.len() * 2).max(16);
-        let size = if self.buf.len() < self.cap {
-            twice.min(self.cap)
+        let size = if self.buf.len() < cap {
+            twice.min(cap)
         } else {
             twice
         };
@@ -419,6 +408,10 @@ struct Shard {
 #[derive(Default)]
 struct Locked(Mutex<Shard>);
 
+// Two lines, both fetched ahead (tests add a counter to the shard).
+#[cfg(not(test))]
+const _: () = assert!(std::mem::size_of::<Locked>() == 128);
+
 /// Where a shard's index is, readable without its lock, so that a call can fetch its
 /// index line ahead of the claim ([`MemoryStore::prefetch`]): set under the lock when
 /// the table is replaced. A stale value only fetches a useless line.
@@ -435,6 +428,11 @@ pub(crate) struct MemoryStore {
     hints: Box<[Hint; SHARDS]>,
     /// Each shard's share of the byte bound.
     max_bytes: usize,
+    /// The length each shard's ring grows to and stops at (unless a push finds it full
+    /// of running calls): one more than the slots its byte bound holds, so that once
+    /// full a claim's new slot goes where the slot evicted just before it was, a line
+    /// the eviction has just read (see [`Shard`]).
+    slots: usize,
     ttl_ns: u64,
     /// [`coarse_now_ns`] at creation.
     epoch: u64,
@@ -448,16 +446,10 @@ impl MemoryStore {
     pub(crate) fn new(max_bytes: usize, ttl: Duration) -> Self {
         let shard_bytes = (max_bytes / SHARDS).max(ENTRY_OVERHEAD * 4);
         Self {
-            shards: (0..SHARDS)
-                .map(|_| {
-                    Locked(Mutex::new(Shard {
-                        slots: Ring::with_cap(shard_bytes / ENTRY_OVERHEAD + 1),
-                        ..Shard::default()
-                    }))
-                })
-                .collect(),
+            shards: (0..SHARDS).map(|_| Locked::default()).collect(),
             hints: Box::default(),
             max_bytes: shard_bytes,
+            slots: shard_bytes / ENTRY_OVERHEAD + 1,
             ttl_ns: u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX),
             epoch: coarse_now_ns(),
             seeds: Seeds::process(),
@@ -763,7 +755,8 @@ impl Shard {
                         self.index.table[at] = entry(tag(slot.key), back);
                     }
                     slot.expires = now.saturating_add(ttl_ns);
-                    self.slots.push_back(slot);
+                    // (Never grows: a slot was just popped.)
+                    self.slots.push_back(slot, 0);
                     continue;
                 }
                 State::Done(_) => {
@@ -1146,13 +1139,16 @@ impl Store for MemoryStore {
                 }
             }
         }
-        shard.slots.push_back(Slot {
-            key: k,
-            fp,
-            expires: now.saturating_add(self.ttl_ns),
-            state: State::Running,
-            answer: Answer::EMPTY,
-        });
+        shard.slots.push_back(
+            Slot {
+                key: k,
+                fp,
+                expires: now.saturating_add(self.ttl_ns),
+                state: State::Running,
+                answer: Answer::EMPTY,
+            },
+            self.slots,
+        );
         if let Some((at, end)) = clean {
             shard.clean_run(at, end);
         }
@@ -1547,13 +1543,16 @@ mod tests {
                     let seq = shard.next_seq();
                     assert_eq!(shard.find(k), None, "step {step}");
                     shard.index.put(entry(tag(k), seq));
-                    shard.slots.push_back(Slot {
-                        key: k,
-                        fp: 0,
-                        expires: u64::MAX,
-                        state: State::Running,
-                        answer: Answer::EMPTY,
-                    });
+                    shard.slots.push_back(
+                        Slot {
+                            key: k,
+                            fp: 0,
+                            expires: u64::MAX,
+                            state: State::Running,
+                            answer: Answer::EMPTY,
+                        },
+                        0,
+                    );
                     alive[i] = Some(seq);
                 }
             }
@@ -1609,13 +1608,16 @@ mod tests {
                     let seq = shard.next_seq();
                     let (at, end) = shard.probe(k).expect_err("a new key");
                     let stale = shard.index.take(at, entry(tag(k), seq));
-                    shard.slots.push_back(Slot {
-                        key: k,
-                        fp: 0,
-                        expires: u64::MAX,
-                        state: State::Done(None),
-                        answer: Answer::EMPTY,
-                    });
+                    shard.slots.push_back(
+                        Slot {
+                            key: k,
+                            fp: 0,
+                            expires: u64::MAX,
+                            state: State::Done(None),
+                            answer: Answer::EMPTY,
+                        },
+                        0,
+                    );
                     if stale && clean {
                         shard.clean_run(at, end);
                     }
