@@ -1349,6 +1349,47 @@ mod tests {
         assert!(out.ends_with(b"7}"));
     }
 
+    /// Running calls are never evicted: more of them than a shard's ring is sized for
+    /// grow it past its size (the places no longer meet, nothing else changes), and
+    /// all are answered and replayed; then the bound holds again.
+    #[test]
+    fn running_calls_outgrow_the_rings_size() {
+        let max = ENTRY_OVERHEAD * 4 * SHARDS;
+        let s = store(max, 600_000);
+        let fp = s.digest(&[b"f"]);
+        let mut out = Vec::new();
+        let keys: Vec<Digest> = (0..400u32).map(|i| s.digest(&[&i.to_le_bytes()])).collect();
+        let slots: Vec<u64> = keys
+            .iter()
+            .map(|k| run(s.claim(k, &fp, Id::Null, &mut out)))
+            .collect();
+        assert!(s
+            .shards
+            .iter()
+            .any(|sh| sh.0.lock().unwrap().slots.buf.len() > s.slots));
+        for (i, (k, slot)) in keys.iter().zip(&slots).enumerate() {
+            assert_eq!(
+                s.claim(k, &fp, Id::Null, &mut out),
+                Claim::InProgress,
+                "{i}"
+            );
+            s.finish(k, &fp, *slot, format!("{i}}}").as_bytes(), None);
+        }
+        // Each finish dropped what the bound no longer held: the last ones are kept.
+        for (i, k) in keys.iter().enumerate().skip(396) {
+            out.clear();
+            assert_eq!(s.claim(k, &fp, Id::Int(1), &mut out), Claim::Replayed(None));
+            assert!(out.ends_with(format!(",{i}}}").as_bytes()), "{i}");
+        }
+        assert!(s.bytes() <= max, "{} bytes held", s.bytes());
+        for i in 400..2_000u32 {
+            let k = s.digest(&[&i.to_le_bytes()]);
+            let slot = run(s.claim(&k, &fp, Id::Null, &mut out));
+            s.finish(&k, &fp, slot, b"1}", None);
+            assert!(s.bytes() <= max, "{} bytes held", s.bytes());
+        }
+    }
+
     #[test]
     fn entries_expire_after_the_ttl_but_running_calls_stay() {
         let s = store(1 << 20, 30);
