@@ -140,3 +140,22 @@ fn dedup_in_memory() {
     let same = frames("incr", "[1]", 1);
     assert_eq!(calls(&engine, &source, &same, 10_000, "result"), 0);
 }
+
+/// Answers too long to be kept in their slot: each in a buffer, reused from the one an
+/// eviction frees.
+#[test]
+fn dedup_in_memory_long_answers() {
+    let mut methods = demo::builder();
+    methods.dedup("echo").unwrap();
+    let keys = KEYS.replace(r#""add"]"#, r#""add", "echo"]"#);
+    let engine = Engine::new(methods.freeze(), Config::default())
+        .with_guard(Guard::new().with_keys_toml(&keys).unwrap())
+        .with_dedup(Dedup::memory(64 << 10, Duration::from_secs(600)));
+    let conn = Connection::new(Transport::Tcp, Peer::Unknown, 1);
+    let session = Session::new();
+    authenticated(&engine, &session, &conn);
+    let source = Source::new(&conn).with_session(&session);
+    let long = format!(r#"["{}"]"#, "x".repeat(200));
+    let echo = frames("echo", &long, 50_000);
+    assert_eq!(calls(&engine, &source, &echo, 20_000, "xxxx"), 0);
+}

@@ -41,10 +41,10 @@ const SHARDS: usize = 16;
 /// What an entry is counted as besides an answer in a buffer of its own: its ring slot
 /// (64 bytes, an answer kept in it included), its index entry and the index's slack
 /// (24-32 bytes an entry). So a shard whose answers all fit their slots holds a fixed
-/// number of entries, which its ring is sized to (see [`Ring::cap`]).
+/// number of entries, which its ring is sized to (see [`MemoryStore::slots`]).
 pub(crate) const ENTRY_OVERHEAD: usize = 96;
 
-/// Spare answer buffers kept per shard.
+/// Spare answer buffers kept per shard at most (counted in its bytes: memory held).
 const SPARE: usize = 64;
 
 /// The least capacity of an answer buffer: with capacities rounded up to a power of two,
@@ -214,8 +214,9 @@ impl Ring {
         }
     }
 
-    /// Twice the room up to `cap` slots (past it only when a push finds it full), the
-    /// slots moved to the new buffer's start (only while the store grows).
+    /// Twice the room up to `cap` slots (past it only when a push finds it full of
+    /// running calls), the slots moved to the new buffer's start (while the store
+    /// fills, or when running calls fill it).
     #[cold]
     #[inline(never)]
     fn grow(&mut self, cap: usize) {
@@ -397,7 +398,8 @@ struct Shard {
     /// Rebuilds so far (for tests).
     #[cfg(test)]
     rebuilds: usize,
-    /// Bytes held: [`ENTRY_OVERHEAD`] per slot, plus answers in buffers of their own.
+    /// Bytes held: [`ENTRY_OVERHEAD`] per slot, plus the capacity of every answer
+    /// buffer, an answer's or a spare one.
     bytes: usize,
     spare: Vec<Vec<u8>>,
 }
@@ -426,12 +428,13 @@ pub(crate) struct MemoryStore {
     shards: Box<[Locked]>,
     /// Each shard's index's place ([`Hint`]), together on a few lines every call reads.
     hints: Box<[Hint; SHARDS]>,
-    /// Each shard's share of the byte bound.
+    /// Each shard's share of the byte bound, less one slot (see [`MemoryStore::new`]).
     max_bytes: usize,
-    /// The length each shard's ring grows to and stops at (unless a push finds it full
-    /// of running calls): one more than the slots its byte bound holds, so that once
-    /// full a claim's new slot goes where the slot evicted just before it was, a line
-    /// the eviction has just read (see [`Shard`]).
+    /// The length each shard's ring grows to and stops at: one more than the entries
+    /// its byte bound holds, so that once full a claim's new slot goes where the slot
+    /// evicted just before it was, a line the eviction has just read (see [`Shard`]).
+    /// Only a push that finds the ring full of running calls (never evicted) grows it
+    /// further, and the ring then keeps that size: the most calls it held running.
     slots: usize,
     ttl_ns: u64,
     /// [`coarse_now_ns`] at creation.
@@ -442,14 +445,19 @@ pub(crate) struct MemoryStore {
 }
 
 impl MemoryStore {
-    /// A store of at most `max_bytes`, entries kept for `ttl`.
+    /// A store of at most `max_bytes`, entries kept for `ttl`. What is held stays
+    /// within the bound (rings, indexes and answer buffers, spare ones included), save
+    /// the running calls a full shard cannot evict.
     pub(crate) fn new(max_bytes: usize, ttl: Duration) -> Self {
         let shard_bytes = (max_bytes / SHARDS).max(ENTRY_OVERHEAD * 4);
         Self {
             shards: (0..SHARDS).map(|_| Locked::default()).collect(),
             hints: Box::default(),
-            max_bytes: shard_bytes,
-            slots: shard_bytes / ENTRY_OVERHEAD + 1,
+            // Less one slot: the ring has one more than its entries (see `slots`), and
+            // an entry's index share is at most 32 bytes, so the tables stay within
+            // the shard's share.
+            max_bytes: shard_bytes - std::mem::size_of::<Slot>(),
+            slots: (shard_bytes - std::mem::size_of::<Slot>()) / ENTRY_OVERHEAD + 1,
             ttl_ns: u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX),
             epoch: coarse_now_ns(),
             seeds: Seeds::process(),
@@ -732,6 +740,7 @@ impl Shard {
         // spin here.
         let mut budget = self.slots.len();
         while budget > 0 {
+            self.shed_spares(max_bytes, true);
             let seq = self.head;
             let Some(s) = self.slots.front_mut() else {
                 break;
@@ -762,25 +771,45 @@ impl Shard {
                 State::Done(_) => {
                     // Left where it is (the place is overwritten by a later slot): an
                     // answer in the slot needs nothing, a buffer is taken out for reuse.
-                    let freed = match &mut s.answer {
-                        Answer::Inline { .. } => 0,
-                        Answer::Heap(buf) => {
-                            let buf = std::mem::take(buf);
-                            let freed = buf.len();
-                            if self.spare.len() < SPARE && buf.capacity() > 0 {
-                                self.spare.push(buf);
-                            }
-                            freed
-                        }
+                    let buf = match &mut s.answer {
+                        Answer::Inline { .. } => None,
+                        Answer::Heap(buf) => Some(std::mem::take(buf)),
                     };
                     // Its index entry goes stale as `head` passes it.
                     self.slots.skip_front();
-                    self.bytes = self.bytes.saturating_sub(ENTRY_OVERHEAD + freed);
+                    self.bytes = self.bytes.saturating_sub(ENTRY_OVERHEAD);
+                    if let Some(buf) = buf {
+                        self.keep_spare(buf);
+                    }
                 }
             }
             self.head += 1;
         }
+        // (The last slot's buffer may have gone spare.)
+        self.shed_spares(max_bytes, false);
         self.prefetch_evictions();
+    }
+
+    /// Lets spare buffers go while the shard is over `max_bytes`, before any answer;
+    /// with `keep_one`, all but one that holds no more than the oldest entry does, which
+    /// is worth an eviction: a steady flow of long answers reuses it, where freeing it
+    /// would cost an allocation a call.
+    fn shed_spares(&mut self, max_bytes: usize, keep_one: bool) {
+        while self.bytes > max_bytes {
+            if keep_one && self.spare.len() == 1 {
+                let front = self.slots.front().map_or(0, |s| match &s.answer {
+                    Answer::Heap(buf) => ENTRY_OVERHEAD + buf.capacity(),
+                    Answer::Inline { .. } => ENTRY_OVERHEAD,
+                });
+                if self.spare.iter().all(|b| b.capacity() <= front) {
+                    return;
+                }
+            }
+            let Some(buf) = self.spare.pop() else {
+                return;
+            };
+            self.bytes = self.bytes.saturating_sub(buf.capacity());
+        }
     }
 
     /// The usual eviction of a full shard, without [`Shard::drop_front`]'s loop: the
@@ -791,7 +820,10 @@ impl Shard {
         let Some(s) = self.slots.front() else {
             return false;
         };
-        let (State::Done(_), Answer::Inline { .. }) = (s.state, &s.answer) else {
+        // With spare buffers, the loop lets them go first.
+        let (State::Done(_), Answer::Inline { .. }, true) =
+            (s.state, &s.answer, self.spare.is_empty())
+        else {
             return false;
         };
         let bytes = self.bytes.saturating_sub(ENTRY_OVERHEAD);
@@ -806,13 +838,20 @@ impl Shard {
         true
     }
 
-    /// Takes back an answer: a buffer's bytes no longer count, and its memory is reused.
+    /// Takes back an answer: a buffer is kept for reuse (see [`Shard::keep_spare`]).
     fn recycle(&mut self, answer: Answer) {
         if let Answer::Heap(buf) = answer {
-            self.bytes = self.bytes.saturating_sub(buf.len());
-            if self.spare.len() < SPARE && buf.capacity() > 0 {
-                self.spare.push(buf);
-            }
+            self.keep_spare(buf);
+        }
+    }
+
+    /// Keeps an answer's buffer for the next long answer (still counted in `bytes`: it
+    /// is memory held), or frees it when [`SPARE`] are kept already.
+    fn keep_spare(&mut self, buf: Vec<u8>) {
+        if self.spare.len() < SPARE && buf.capacity() > 0 {
+            self.spare.push(buf);
+        } else {
+            self.bytes = self.bytes.saturating_sub(buf.capacity());
         }
     }
 
@@ -821,10 +860,12 @@ impl Shard {
     fn store_answer(&mut self, at: usize, tail: &[u8]) -> Option<&mut Slot> {
         let buf = if tail.len() > INLINE {
             let mut buf = self.spare.pop().unwrap_or_default();
+            // A spare's capacity was counted already; what the buffer holds now counts.
+            let had = buf.capacity();
             buf.clear();
             buf.reserve(tail.len().next_power_of_two().max(MIN_ANSWER));
             buf.extend_from_slice(tail);
-            self.bytes += tail.len();
+            self.bytes = self.bytes.saturating_sub(had) + buf.capacity();
             Some(buf)
         } else {
             None
@@ -1349,6 +1390,50 @@ mod tests {
         assert!(out.ends_with(b"7}"));
     }
 
+    /// Answer buffers count their capacity, spare ones too: after long answers, then
+    /// longer ones than a shard holds, then short ones, what a shard counts is what it
+    /// holds, and it stays within the bound (a spare buffer is let go before any
+    /// answer is).
+    #[test]
+    fn answer_buffers_count_what_they_hold() {
+        let s = store(1 << 20, 600_000);
+        let fp = s.digest(&[b"f"]);
+        let mut out = Vec::new();
+        let mut i = 0u32;
+        for len in [40, 3_000, 100_000, 500, 31, 10] {
+            let answer = vec![b'x'; len];
+            for _ in 0..2_000 {
+                let k = s.digest(&[&i.to_le_bytes()]);
+                i += 1;
+                let slot = run(s.claim(&k, &fp, Id::Null, &mut out));
+                s.finish(&k, &fp, slot, &answer, None);
+            }
+            for shard in s.shards.iter() {
+                let shard = shard.0.lock().unwrap();
+                let answers: usize = shard
+                    .slots
+                    .iter()
+                    .map(|slot| match &slot.answer {
+                        Answer::Heap(buf) => buf.capacity(),
+                        Answer::Inline { .. } => 0,
+                    })
+                    .sum();
+                let spare: usize = shard.spare.iter().map(Vec::capacity).sum();
+                let held = shard.slots.len() * ENTRY_OVERHEAD + answers + spare;
+                assert_eq!(shard.bytes, held, "answers of {len}");
+                assert!(shard.bytes <= s.max_bytes, "answers of {len}: {held}");
+            }
+        }
+        // The last ones are replayed whole.
+        out.clear();
+        let k = s.digest(&[&(i - 1).to_le_bytes()]);
+        assert_eq!(
+            s.claim(&k, &fp, Id::Int(1), &mut out),
+            Claim::Replayed(None)
+        );
+        assert!(out.ends_with(&[b'x'; 10]));
+    }
+
     /// Running calls are never evicted: more of them than a shard's ring is sized for
     /// grow it past its size (the places no longer meet, nothing else changes), and
     /// all are answered and replayed; then the bound holds again.
@@ -1448,27 +1533,39 @@ mod tests {
     /// memory the store holds (rings and indexes) stays within the bound.
     #[test]
     fn short_answers_fill_a_ring_sized_to_the_bound() {
-        let max = 1 << 20;
-        let share = max / SHARDS;
-        let s = store(max, 600_000);
+        let answer = br#""result":1234567890}"#;
+        // The second: a power of two of entries a shard, where a rebuild doubles the
+        // index to 32 bytes an entry.
+        for max in [1 << 20, (96 * 1024 + 32) * SHARDS] {
+            let s = store(max, 600_000);
+            let fp = s.digest(&[b"f"]);
+            let mut out = Vec::new();
+            for i in 0..(max / ENTRY_OVERHEAD * 2) as u32 {
+                let k = s.digest(&[&i.to_le_bytes()]);
+                let slot = run(s.claim(&k, &fp, Id::Null, &mut out));
+                s.finish(&k, &fp, slot, answer, None);
+            }
+            for shard in s.shards.iter() {
+                let mut shard = shard.0.lock().unwrap();
+                assert_eq!(shard.live(), s.max_bytes / ENTRY_OVERHEAD);
+                assert_eq!(shard.live() + 1, s.slots);
+                assert_eq!(shard.bytes, shard.live() * ENTRY_OVERHEAD);
+                assert_eq!(shard.slots.buf.len(), s.slots);
+                // The largest index this many entries have (as after a rebuild).
+                shard.rebuild();
+                let memory = shard.slots.buf.len() * std::mem::size_of::<Slot>()
+                    + shard.index.table.len() * std::mem::size_of::<u64>();
+                assert!(memory <= max / SHARDS, "{memory} bytes of tables");
+            }
+        }
+        let s = store(1 << 20, 600_000);
         let fp = s.digest(&[b"f"]);
         let mut out = Vec::new();
-        let answer = br#""result":1234567890}"#;
         for i in 0..100_000u32 {
             let k = s.digest(&[&i.to_le_bytes()]);
             let slot = run(s.claim(&k, &fp, Id::Null, &mut out));
             s.finish(&k, &fp, slot, answer, None);
         }
-        let mut memory = 0;
-        for shard in s.shards.iter() {
-            let shard = shard.0.lock().unwrap();
-            assert_eq!(shard.live(), share / ENTRY_OVERHEAD);
-            assert_eq!(shard.bytes, shard.live() * ENTRY_OVERHEAD);
-            assert_eq!(shard.slots.buf.len(), shard.live() + 1);
-            memory += shard.slots.buf.len() * std::mem::size_of::<Slot>()
-                + shard.index.table.len() * std::mem::size_of::<u64>();
-        }
-        assert!(memory <= max, "{memory} bytes of tables");
         // A claim fills the ring's buffer without growing it: its slot is where the
         // last eviction was, the place before the front.
         for i in 100_000..100_100u32 {
