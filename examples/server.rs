@@ -107,8 +107,8 @@ struct Args {
     /// How long a de-duplicated call's answer is kept, in ms.
     #[arg(long, value_name = "MS", default_value_t = ringrpc::dedup::DEFAULT_TTL.as_millis() as u64)]
     dedup_ttl_ms: u64,
-    /// The memory store's size in bytes: 96 an entry, plus the answer's length when it
-    /// is longer than 30 bytes (oldest evicted first).
+    /// The memory store's size in bytes: 96 an entry, plus a buffer for an answer
+    /// longer than 30 bytes (oldest evicted first).
     #[arg(long, value_name = "BYTES", default_value_t = ringrpc::dedup::DEFAULT_MAX_BYTES)]
     dedup_max_bytes: usize,
     /// When Redis cannot be reached: "closed" answers -32000, "open" runs the call

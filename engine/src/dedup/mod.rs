@@ -272,9 +272,10 @@ impl fmt::Debug for Dedup {
 
 impl Dedup {
     /// Answers kept in this process's memory, in at most `max_bytes` (oldest evicted
-    /// first), each for `ttl`. An entry counts 96 bytes (its slot, with an answer of up
-    /// to 30 bytes, and its index entry), plus its answer's length when longer: the
-    /// store's tables themselves stay within the bound.
+    /// first), each for `ttl`. An entry counts 96 bytes (its slot, holding an answer of
+    /// up to 30 bytes after the id, and its index entry), plus the buffer of a longer
+    /// answer (its length rounded up to a power of two): what the store holds stays
+    /// within the bound, save calls still running when a shard is full of them.
     pub fn memory(max_bytes: usize, ttl: Duration) -> Self {
         Self {
             store: Arc::new(Backend::Memory(memory::MemoryStore::new(max_bytes, ttl))),
