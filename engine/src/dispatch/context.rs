@@ -209,7 +209,7 @@ impl<'a> Headers<'a> {
         Lines::of(self.head).filter_map(|line| {
             let colon = memchr::memchr(b':', line)?;
             let name = std::str::from_utf8(line.get(..colon)?).ok()?;
-            Some((name, trim(line.get(colon + 1..)?)))
+            Some((name, trim_ows(line.get(colon + 1..)?)))
         })
     }
 
@@ -228,7 +228,7 @@ impl<'a> Headers<'a> {
             return None;
         }
         Lines::of(self.head).find_map(|line| match line.split_at_checked(name.len()) {
-            Some((n, [b':', value @ ..])) if n.eq_ignore_ascii_case(name) => Some(trim(value)),
+            Some((n, [b':', value @ ..])) if n.eq_ignore_ascii_case(name) => Some(trim_ows(value)),
             _ => None,
         })
     }
@@ -281,7 +281,9 @@ impl<'a> Iterator for Lines<'a> {
     }
 }
 
-fn trim(v: &[u8]) -> &[u8] {
+/// `v` without leading and trailing spaces and tabs (HTTP's OWS): header values here,
+/// and in the HTTP decoder.
+pub(crate) fn trim_ows(v: &[u8]) -> &[u8] {
     let is_ows = |b: &u8| *b == b' ' || *b == b'\t';
     let start = v.iter().position(|b| !is_ows(b)).unwrap_or(v.len());
     let end = v.iter().rposition(|b| !is_ows(b)).map_or(start, |i| i + 1);

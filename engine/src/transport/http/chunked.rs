@@ -4,7 +4,7 @@
 
 use bytes::{Buf, BytesMut};
 
-use super::fields::trim;
+use crate::dispatch::context::trim_ows;
 
 /// The longest chunk-size line the server accepts (hex size, extensions and CRLF), in
 /// bytes.
@@ -394,7 +394,7 @@ fn chunk_size(line: &[u8]) -> Result<u64, ChunkError> {
     })?;
     let ext = &line[digits..];
     if !ext.is_empty() {
-        let ext = trim(ext);
+        let ext = trim_ows(ext);
         let ctl = |b: &u8| (*b < 0x20 && *b != b'\t') || *b == 0x7f;
         if ext.first() != Some(&b';') || ext.iter().any(ctl) {
             return Err(ChunkError::Size);

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::HttpError;
+use crate::dispatch::context::trim_ows;
 
 /// The CORS policy: which origins' pages may call the server. Built once from
 /// [`Config`](crate::Config)'s `cors_origin`s and shared by every connection.
@@ -182,7 +183,7 @@ impl<'h> Fields<'h> {
             14 if is(b"content-length") => {
                 // RFC 9110 §8.6: a list of identical values may be accepted as one.
                 for element in value.split(|&b| b == b',') {
-                    let n = parse_length(trim(element))?;
+                    let n = parse_length(trim_ows(element))?;
                     match self.length {
                         Some(m) if m != n => return Err(HttpError::ConflictingLengths),
                         _ => self.length = Some(n),
@@ -240,7 +241,7 @@ pub(super) fn request_path(target: &str) -> &str {
 /// with any parameters.
 fn is_json(value: &[u8]) -> bool {
     let media_type = value.split(|&b| b == b';').next().unwrap_or_default();
-    let t = trim(media_type);
+    let t = trim_ows(media_type);
     [
         &b"application/json"[..],
         b"application/json-rpc",
@@ -269,7 +270,7 @@ fn parse_length(digits: &[u8]) -> Result<u64, HttpError> {
 fn list(value: &[u8]) -> impl Iterator<Item = &[u8]> {
     value
         .split(|&b| b == b',')
-        .map(trim)
+        .map(trim_ows)
         .filter(|t| !t.is_empty())
 }
 
@@ -296,17 +297,6 @@ fn is_name(name: &[u8], lower: &[u8]) -> bool {
         (a, b) = (rest_a, rest_b);
     }
     a.iter().zip(b).all(|(x, y)| x | 0x20 == *y)
-}
-
-/// `value` without leading and trailing spaces and tabs (OWS).
-pub(super) fn trim(value: &[u8]) -> &[u8] {
-    let is_ows = |b: &u8| *b == b' ' || *b == b'\t';
-    let start = value.iter().position(|b| !is_ows(b)).unwrap_or(value.len());
-    let end = value
-        .iter()
-        .rposition(|b| !is_ows(b))
-        .map_or(start, |i| i + 1);
-    &value[start..end]
 }
 
 #[cfg(test)]

@@ -9,10 +9,11 @@ use std::sync::Arc;
 use bytes::{Buf, BytesMut};
 
 use super::chunked::{ChunkError, ChunkLimits, Chunked, Strictness};
-use super::fields::{request_path, trim, Fields};
+use super::fields::{request_path, Fields};
 use super::{Cors, Origin, Reply, MAX_CHUNK_LINE};
 use crate::config::defaults::{DEFAULT_MAX_HEAD_BYTES, DEFAULT_MAX_REQUEST_BYTES};
 use crate::config::{Config, ServerConfig};
+use crate::dispatch::context::trim_ows;
 use crate::dispatch::context::Known;
 use crate::trace::Trace;
 
@@ -735,7 +736,7 @@ impl HttpDecoder {
         };
         let mut f = Fields::default();
         for header in req.headers.iter() {
-            f.add(header.name.as_bytes(), trim(header.value))?;
+            f.add(header.name.as_bytes(), trim_ows(header.value))?;
         }
         if f.hosts > 1 || (http11 && f.hosts == 0) {
             return Err(HttpError::Host);
