@@ -796,12 +796,12 @@ impl Shard {
     /// would cost an allocation a call.
     fn shed_spares(&mut self, max_bytes: usize, keep_one: bool) {
         while self.bytes > max_bytes {
-            if keep_one && self.spare.len() == 1 {
+            if keep_one {
                 let front = self.slots.front().map_or(0, |s| match &s.answer {
                     Answer::Heap(buf) => ENTRY_OVERHEAD + buf.capacity(),
                     Answer::Inline { .. } => ENTRY_OVERHEAD,
                 });
-                if self.spare.iter().all(|b| b.capacity() <= front) {
+                if self.spares_kept(front) {
                     return;
                 }
             }
@@ -809,6 +809,17 @@ impl Shard {
                 return;
             };
             self.bytes = self.bytes.saturating_sub(buf.capacity());
+        }
+    }
+
+    /// Whether the spare buffers are kept over evicting an entry of `front` bytes: when
+    /// there are none, or one that holds no more (see [`Shard::shed_spares`]).
+    #[inline(always)]
+    fn spares_kept(&self, front: usize) -> bool {
+        match self.spare.as_slice() {
+            [] => true,
+            [one] => one.capacity() <= front,
+            _ => false,
         }
     }
 
@@ -820,9 +831,9 @@ impl Shard {
         let Some(s) = self.slots.front() else {
             return false;
         };
-        // With spare buffers, the loop lets them go first.
+        // Unless a spare buffer would go first (see `Shard::shed_spares`).
         let (State::Done(_), Answer::Inline { .. }, true) =
-            (s.state, &s.answer, self.spare.is_empty())
+            (s.state, &s.answer, self.spares_kept(ENTRY_OVERHEAD))
         else {
             return false;
         };
