@@ -487,7 +487,10 @@ impl MemoryStore {
     }
 
     /// Fetches, without waiting, the lines a claim of `key` reads first: its shard's
-    /// lock and header, and its index line. Called by the reactor for the next line's
+    /// lock and header, and its index line with the one after it (a probe from a home
+    /// near its line's end runs on into the next: a quarter of the probes of a full
+    /// 64 MiB store, whose index is two thirds full, live and stale entries about
+    /// alike; fetching it too, +1.5-4 % calls/s). Called by the reactor for the next line's
     /// call while the current one runs (`Engine::prefetch_frame`), so that the fetch
     /// overlaps a whole call's work: in a server, where the socket work evicts the
     /// store between calls, the index line alone is an L3 or memory access with a TLB
@@ -504,8 +507,12 @@ impl MemoryStore {
         if let Some(h) = self.hints.get(i) {
             let table = h.table.load(Ordering::Relaxed);
             if !table.is_null() {
-                let home = tag(k) as usize & h.mask.load(Ordering::Relaxed);
+                let mask = h.mask.load(Ordering::Relaxed);
+                let home = tag(k) as usize & mask;
                 prefetch_addr(table.wrapping_add(home).cast::<u8>());
+                // Eight places on: in the next line, whatever the table's alignment (a
+                // probe past the table's end goes on at its start).
+                prefetch_addr(table.wrapping_add((home + 8) & mask).cast::<u8>());
             }
         }
     }
