@@ -449,15 +449,15 @@ impl MemoryStore {
     /// within the bound (rings, indexes and answer buffers, spare ones included), save
     /// the running calls a full shard cannot evict.
     pub(crate) fn new(max_bytes: usize, ttl: Duration) -> Self {
-        let shard_bytes = (max_bytes / SHARDS).max(ENTRY_OVERHEAD * 4);
+        // Less one slot: the ring has one more than its entries (see `slots`), and an
+        // entry's index share is at most 32 bytes, so the tables stay within the
+        // shard's share.
+        let max_bytes = (max_bytes / SHARDS).max(ENTRY_OVERHEAD * 4) - std::mem::size_of::<Slot>();
         Self {
             shards: (0..SHARDS).map(|_| Locked::default()).collect(),
             hints: Box::default(),
-            // Less one slot: the ring has one more than its entries (see `slots`), and
-            // an entry's index share is at most 32 bytes, so the tables stay within
-            // the shard's share.
-            max_bytes: shard_bytes - std::mem::size_of::<Slot>(),
-            slots: (shard_bytes - std::mem::size_of::<Slot>()) / ENTRY_OVERHEAD + 1,
+            max_bytes,
+            slots: max_bytes / ENTRY_OVERHEAD + 1,
             ttl_ns: u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX),
             epoch: coarse_now_ns(),
             seeds: Seeds::process(),
