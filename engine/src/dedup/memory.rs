@@ -13,7 +13,7 @@
 //! Memory touched per call, for a store larger than the CPU's caches: the index (2-4
 //! MiB for 16 MiB of entries, so it stays in the last-level cache) once, at random (the
 //! new key's line: an evicted entry's is not touched, it goes stale in place; a
-//! counted id's line is shared with the three ids next to it, see [`grouped`]), and the
+//! counted id's line is shared with the other three of its group, see [`grouped`]), and the
 //! ring at its front, fetched ahead (see [`Shard::prefetch_evictions`]). The ring is
 //! sized to the bound, so a full shard's new slot goes where the one evicted just
 //! before it was: one line, not two (cachegrind at 16 MiB: 2.96 → 1.92 last-level
@@ -1090,9 +1090,10 @@ const GROUP_BITS: u32 = 2;
 /// client, jsonrpsee and most others do), so the calls of a group come close together
 /// and their keys share a shard and a stretch of its index: adjacent places, one line
 /// (or two) fetched for four claims instead of one line each, at random, for every
-/// claim. With groups of four, a store of 16 MiB in a loop costs 145-150 → 105 ns a
-/// call, and a claim's probe runs ~8 places instead of ~2 (clusters of four homes:
-/// groups of eight ran 16 for little more, docs/PERFORMANCE.md, stop 33). Keys keep 62
+/// claim. With groups of four, a store of 16 MiB in a loop costs ~140-146 → ~102-110 ns
+/// a call, though probes run longer (four homes together cluster: a full store's live
+/// entries ~2.2 places from their homes against ~0.5 with keys at random; groups of
+/// eight, 4.5, gained no more: docs/PERFORMANCE.md, stop 33). Keys keep 62
 /// bits of hash: an innocent key's collision (a -32043) is still ~2^-62 per entry, and
 /// a wrong replay also needs the fingerprint's 64 to collide. A caller choosing its ids
 /// can place at most four keys together, as a counter does anyway: the groups' places
@@ -2216,15 +2217,20 @@ mod tests {
     /// 64 from each of 16 connections): every shard stays whole ([`check_shard`]), the
     /// entries held are the newest, each found and replayed, and the index's probes
     /// stay short although four homes come together (live entries ~0.5 places from
-    /// their homes on average with keys at random, ~2 here with groups of four; groups
-    /// of eight, 4.1, fail the bound).
+    /// their homes on average with keys at random, ~2.3 here with groups of four; groups
+    /// of eight, 4.3, fail the bound).
     #[test]
     fn counted_ids_keep_a_full_store_whole() {
         let s = store(1 << 21, 600_000);
         let who = Identity::new("app");
         let fp = s.digest(&[b"f"]);
         let mut out = Vec::new();
-        let id = |i: u64| 1_000_000_000 + i / 1024 * 1024 + (i / 64) % 16 * 64 + i % 64;
+        // Call `i` from connection `i % 16`, its `k`-th: ids of a connection in blocks of
+        // 64 a round (as the loadgen numbers them), connections interleaved call by call.
+        let id = |i: u64| {
+            let (conn, k) = (i % 16, i / 16);
+            1_000_000_000 + k / 64 * 1024 + conn * 64 + k % 64
+        };
         let n = 200_000u64;
         for i in 0..n {
             let k = s.id_digest(&who, Id::UInt(id(i)));
