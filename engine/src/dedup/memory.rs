@@ -18,7 +18,7 @@
 //! sized to the bound, so a full shard's new slot goes where the one evicted just
 //! before it was: one line, not two (cachegrind at 16 MiB: 2.96 → 1.92 last-level
 //! misses a call). In a server, for a store of 4 MiB or more, the index line (with the
-//! one after it, which a quarter of the probes reach) and the shard's header are
+//! one after it, which a quarter to a third of the probes reach) and the shard's header are
 //! fetched ahead too, a call early: the reactor peeks at the next line's id while the
 //! current call runs
 //! ([`MemoryStore::prefetch`], through `Engine::prefetch_frame`).
@@ -492,7 +492,10 @@ impl MemoryStore {
     /// lock and header, and its index line with the one after it (a probe from a home
     /// near its line's end runs on into the next: a quarter of the probes of a full
     /// 64 MiB store, whose index is two thirds full, live and stale entries about
-    /// alike; fetching it too, +1.5-4 % calls/s). Called by the reactor for the next line's
+    /// alike, with keys at random; fetching it too, +1.5-4 % calls/s. With counted ids,
+    /// whose homes cluster, a third of the claims run on, and a group's first a line
+    /// further in a quarter of its claims: fetching a third line too gained nothing,
+    /// docs/PERFORMANCE.md, stop 33). Called by the reactor for the next line's
     /// call while the current one runs (`Engine::prefetch_frame`), so that the fetch
     /// overlaps a whole call's work: in a server, where the socket work evicts the
     /// store between calls, the index line alone is an L3 or memory access with a TLB
