@@ -939,6 +939,15 @@ fn key_bits(d: &Digest) -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// The digest whose [`key_bits`] are `k` (the rest zero): how the memory store's
+/// hashes become digests.
+#[inline(always)]
+fn digest_of(k: u64) -> Digest {
+    let mut d = [0u8; 16];
+    d[..8].copy_from_slice(&k.to_le_bytes());
+    d
+}
+
 /// The store's seeded hash: a word at a time through one folded multiply by a secret odd
 /// multiplier, from a secret start, as foldhash's own hasher does, without its 128-bit
 /// sponge and per-write bookkeeping (every input here is whole words, or bytes behind
@@ -1031,9 +1040,7 @@ impl Mix {
     /// The digest: the memory store fills its first 64 bits.
     #[inline(always)]
     fn digest(&self) -> Digest {
-        let mut d = [0u8; 16];
-        d[..8].copy_from_slice(&fold(self.acc, self.last).to_le_bytes());
-        d
+        digest_of(fold(self.acc, self.last))
     }
 }
 
@@ -1106,10 +1113,7 @@ fn grouped(mut h: Mix, u: u64) -> Digest {
     const LANES: u64 = (1 << GROUP_BITS) - 1;
     h.word(NON_NEGATIVE);
     h.word(u >> GROUP_BITS);
-    let k = (fold(h.acc, h.last) & !LANES) | (u & LANES);
-    let mut d = [0u8; 16];
-    d[..8].copy_from_slice(&k.to_le_bytes());
-    d
+    digest_of((fold(h.acc, h.last) & !LANES) | (u & LANES))
 }
 
 impl Store for MemoryStore {
@@ -2042,11 +2046,7 @@ mod tests {
     /// answer and code, never after its TTL. (Written by a review of `Shard::clean_run`.)
     #[test]
     fn store_against_a_model_with_colliding_keys() {
-        let dig = |k: u64| {
-            let mut d = [0u8; 16];
-            d[..8].copy_from_slice(&k.to_le_bytes());
-            d
-        };
+        let dig = digest_of;
         let mix = |x: u64| {
             let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
             z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
