@@ -1322,6 +1322,73 @@ fn batches_go_upstream_as_sub_batches() {
     marker.stop();
 }
 
+/// A sub-batch is sent whole even when the upstream thread runs while its batch is
+/// still being dispatched: here another caller's call, to another upstream, is written
+/// and answered between two elements of the batch (the upstream thread took that
+/// lane's bytes and not the half-written sub-batch's).
+#[test]
+fn a_sub_batch_is_not_taken_half_written() {
+    let (a_lines, m_lines) = (Arc::default(), Arc::default());
+    let a = recorder("a", Arc::clone(&a_lines));
+    let m = recorder("m", Arc::clone(&m_lines));
+    let mut p = Proxy::builder();
+    p.upstream("default", &format!("tcp://{a}"))
+        .upstream("m", &format!("tcp://{m}"))
+        .route("m_*", "m")
+        .connections(1)
+        .health_interval(Duration::ZERO)
+        .batch_max(100);
+    let proxy = p.start().unwrap();
+    // The other caller: the proxy embedded with no I/O, on a thread of its own.
+    let other = {
+        let mut methods = Registry::builder();
+        proxy.install(&mut methods).unwrap();
+        let config = Config::default().request_timeout(Some(Duration::from_secs(5)));
+        Arc::new(Engine::new(methods.freeze(), config))
+    };
+    let mut methods = Registry::builder();
+    proxy.install(&mut methods).unwrap();
+    methods
+        .method("stir", move |_p: Params<'_>| -> Result<Value, RpcError> {
+            let other = Arc::clone(&other);
+            let answer = std::thread::spawn(move || {
+                let mut out = Vec::new();
+                let call = br#"{"jsonrpc":"2.0","method":"m_1","params":[9],"id":9}"#;
+                let _ = other.handle(call, &mut other.scratch(), &mut out);
+                out
+            })
+            .join()
+            .unwrap();
+            Ok(serde_json::from_slice::<Value>(&answer).unwrap()["result"].clone())
+        })
+        .unwrap();
+    let front = Served::start(
+        Engine::new(methods.freeze(), Config::default()),
+        ServerConfig::default(),
+    );
+    let batch = r#"[{"jsonrpc":"2.0","method":"a_1","params":[1],"id":1},{"jsonrpc":"2.0","method":"stir","id":2},{"jsonrpc":"2.0","method":"a_2","params":[2],"id":3}]"#;
+    let answers = tcp_answers(front.tcp, batch);
+    assert_eq!(
+        answers[0],
+        json!([
+            {"jsonrpc": "2.0", "id": 1, "result": {"up": "a", "params": [1]}},
+            {"jsonrpc": "2.0", "id": 2, "result": {"up": "m", "params": [9]}},
+            {"jsonrpc": "2.0", "id": 3, "result": {"up": "a", "params": [2]}},
+        ])
+    );
+    // (`tcp_answers`'s closing `ping` goes to `a` too, on the reactor's own connection.)
+    let to_a: Vec<Value> = std::mem::take(&mut *a_lines.lock().unwrap())
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["method"] != "ping")
+        .collect();
+    assert_eq!(to_a.len(), 1, "one request to a: {to_a:?}");
+    assert_eq!(to_a[0].as_array().map(Vec::len), Some(2), "{to_a:?}");
+    assert_eq!(m_lines.lock().unwrap().len(), 1);
+    front.stop();
+    drop(proxy);
+}
+
 /// Over HTTP, a sub-batch is one request: a batch answer is relayed per element, a
 /// call it has no answer for is failed, and an error answering the batch as a whole
 /// (an upstream refusing it) is every element's answer.

@@ -446,7 +446,9 @@ pub(crate) struct Lane {
     /// Which upstream (an index into the proxy's upstream list) it connects to.
     pub(crate) upstream: usize,
     queue: Mutex<Queue>,
-    /// Bytes wait in `out` (read without the lock by the upstream thread).
+    /// Bytes wait in `out` to be taken (read without the lock by the upstream thread).
+    /// A client batch's sub-batch sets it only at the batch's end (see
+    /// [`Lane::mark_out`]).
     pub(crate) has_out: AtomicBool,
     /// Calls parked and not yet answered: least-outstanding balancing reads it without
     /// taking the lock.
@@ -459,6 +461,17 @@ pub(crate) struct Lane {
 }
 
 impl Lane {
+    /// Notes that a request was written to `out`, unless it is an element of a client
+    /// batch (`in_batch`): the batch's end does that (`sub_batch::Scope`), so that the
+    /// upstream thread, woken meanwhile for anything else, does not take and send a
+    /// sub-batch half written. (Anything else written to the lane closes the
+    /// sub-batch and sets the flag itself.)
+    pub(crate) fn mark_out(&self, in_batch: bool) {
+        if !in_batch {
+            self.has_out.store(true, Ordering::SeqCst);
+        }
+    }
+
     /// A lane to upstream `upstream`, up (its first connection is being made); for an
     /// HTTP upstream, `http_head` is its request head up to the `Content-Length` value;
     /// sub-batches of at most `batch_max` elements.

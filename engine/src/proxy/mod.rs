@@ -296,7 +296,7 @@ impl Shared {
             {
                 let mut q = lane.lock();
                 q.request(batch, None, |out| write_tail(out, method, &params));
-                lane.has_out.store(true, Ordering::SeqCst);
+                lane.mark_out(batch.is_some());
             }
             if let Some(i) = target {
                 self.written(batch, i);
@@ -390,7 +390,7 @@ impl Shared {
                 (retry, false),
             );
             lane.outstanding.fetch_add(1, Ordering::Relaxed);
-            lane.has_out.store(true, Ordering::SeqCst);
+            lane.mark_out(batch.is_some());
         }
         // A reactor's own lane is written at the end of its turn: nobody to wake.
         if let Some(i) = target {

@@ -10,7 +10,9 @@
 //! scope's end closes them and wakes the upstream thread. A sub-batch is also closed
 //! early, and the batch's later elements start another, when anything else is written
 //! to the lane (another client's call, a resend) or the upstream thread takes the
-//! lane's bytes: splitting a batch changes nothing a client can see, since every
+//! lane's bytes (which it does mid-batch only for something else waiting there: a
+//! batch's own elements flag the lane for taking at the scope's end, see
+//! `Lane::mark_out`). Splitting a batch changes nothing a client can see, since every
 //! element is answered on its own and the server merges the answers in order.
 
 use std::cell::RefCell;
