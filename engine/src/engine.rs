@@ -991,7 +991,10 @@ impl Engine {
         let mark = out.len();
         let d = dispatch(entry, req, ctx.as_ref(), source, out, limit, max);
         if let Some((dd, key, fp, slot)) = ticket {
-            crate::dedup::settle(&dd.store, &key, &fp, slot, &out[mark..], d.code);
+            // The answer after its id, where dispatch wrote it (not found again).
+            let answer = out.get(d.tail..).filter(|_| d.wrote);
+            debug_assert_eq!(answer, crate::dedup::tail(&out[mark..]));
+            crate::dedup::settle(&dd.store, &key, &fp, slot, answer, d.code);
         }
         defer.outcome(metric, d.code);
         if let Some(h) = hooks {

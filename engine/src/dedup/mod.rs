@@ -363,21 +363,29 @@ impl Ticket {
     /// Stores `answer` (a whole response object), or frees the key if the call did not
     /// start (its code says it was refused).
     pub(crate) fn finish(&self, answer: &[u8], code: Option<i32>) {
-        settle(&self.store, &self.key, &self.fp, self.slot, answer, code);
+        settle(
+            &self.store,
+            &self.key,
+            &self.fp,
+            self.slot,
+            tail(answer),
+            code,
+        );
     }
 }
 
-/// Stores `answer` (a whole response object) of the call claimed as `key` in `slot`, or
-/// frees the key if the call did not start (its code says it was refused).
+/// Stores the answer of the call claimed as `key` in `slot` (`answer`: its part after
+/// the id, see [`tail`]; `None`: not an answer to store), or frees the key if the call
+/// did not start (its code says it was refused).
 pub(crate) fn settle(
     store: &Backend,
     key: &Digest,
     fp: &Digest,
     slot: u64,
-    answer: &[u8],
+    answer: Option<&[u8]>,
     code: Option<i32>,
 ) {
-    match (not_started(code), tail(answer)) {
+    match (not_started(code), answer) {
         (false, Some(tail)) => store.finish(key, fp, slot, tail, code),
         _ => store.release(key, fp, slot),
     }

@@ -11,7 +11,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use crate::codec::request::Request;
 use crate::codec::Id;
 use crate::error::{ErrorCode, Reason, RpcError};
-use crate::serializer::response::{write_error, write_prefix, write_rpc_error};
+use crate::serializer::response::{write_error, write_prefix, write_reason_tail, write_rpc_error};
 use crate::serializer::ResultWriter;
 use context::{Context, Source};
 use registry::{Entry, Handler};
@@ -22,6 +22,10 @@ use registry::{Entry, Handler};
 pub(crate) struct Dispatched {
     pub(crate) wrote: bool,
     pub(crate) code: Option<i32>,
+    /// Where in `out` the answer's part after its id (`"result":…}` or `"error":…}`)
+    /// starts, once it wrote one: a result and an error for the same id share their
+    /// prefix, so it is known before the handler runs (what de-duplication stores).
+    pub(crate) tail: usize,
 }
 
 /// Runs `req` with `entry` (its method's registration, `None` if there is none) and
@@ -46,7 +50,7 @@ pub(crate) fn dispatch(
         return not_found(req, out);
     };
     let id = req.id.unwrap_or(Id::Null);
-    let start = begin_result(out, id);
+    let (start, tail) = begin_result(out, id);
     let ran = catch_unwind(AssertUnwindSafe(|| match &entry.handler {
         Handler::Call(f) => {
             let mut w = ResultWriter::new(out, limit);
@@ -70,7 +74,7 @@ pub(crate) fn dispatch(
         // The engine runs deferred methods itself (they need a responder).
         Handler::Deferred(_) => Err(not_plain()),
     }));
-    finish(ran, req, id, start, out, max)
+    finish(ran, req, id, (start, tail), out, max)
 }
 
 /// [`dispatch`] for the straight path: a plain method (`Call` or `Notify`, or none),
@@ -89,7 +93,7 @@ pub(crate) fn dispatch_plain(
         return not_found(req, out);
     };
     let id = req.id.unwrap_or(Id::Null);
-    let start = begin_result(out, id);
+    let (start, tail) = begin_result(out, id);
     let ran = catch_unwind(AssertUnwindSafe(|| match &entry.handler {
         Handler::Call(f) => {
             let mut w = ResultWriter::new(out, limit);
@@ -100,16 +104,18 @@ pub(crate) fn dispatch_plain(
         // Never reached: the engine sends only plain methods here.
         Handler::CallCtx(_) | Handler::Deferred(_) => Err(not_plain()),
     }));
-    finish(ran, req, id, start, out, max)
+    finish(ran, req, id, (start, tail), out, max)
 }
 
-/// Writes `{"jsonrpc":"2.0","id":ID,"result":` and returns where the answer starts.
+/// Writes `{"jsonrpc":"2.0","id":ID,"result":` and returns where the answer starts
+/// and where its part after the id does.
 #[inline(always)]
-fn begin_result(out: &mut Vec<u8>, id: Id<'_>) -> usize {
+fn begin_result(out: &mut Vec<u8>, id: Id<'_>) -> (usize, usize) {
     let start = out.len();
     write_prefix(out, id);
+    let tail = out.len();
     out.extend_from_slice(br#""result":"#);
-    start
+    (start, tail)
 }
 
 /// A handler that wrote nothing answered `null`.
@@ -126,15 +132,25 @@ fn null_if_unwritten(r: Result<(), RpcError>, w: &mut ResultWriter<'_>) -> Resul
 fn not_found(req: Request<'_>, out: &mut Vec<u8>) -> Dispatched {
     let code = Some(ErrorCode::MethodNotFound.code());
     if let Some(id) = req.id {
-        write_error(
+        write_prefix(out, id);
+        let tail = out.len();
+        write_reason_tail(
             out,
-            id,
             Reason::MethodNotFound,
             format_args!("Method not found: {}", req.method),
+            None,
         );
-        return Dispatched { wrote: true, code };
+        return Dispatched {
+            wrote: true,
+            code,
+            tail,
+        };
     }
-    Dispatched { wrote: false, code }
+    Dispatched {
+        wrote: false,
+        code,
+        tail: out.len(),
+    }
 }
 
 #[cold]
@@ -153,7 +169,7 @@ fn finish(
     ran: std::thread::Result<Result<(), RpcError>>,
     req: Request<'_>,
     id: Id<'_>,
-    start: usize,
+    (start, tail): (usize, usize),
     out: &mut Vec<u8>,
     max: usize,
 ) -> Dispatched {
@@ -168,14 +184,23 @@ fn finish(
     if req.id.is_none() {
         // A notification: whatever happened, nothing is sent.
         out.truncate(start);
-        return Dispatched { wrote: false, code };
+        return Dispatched {
+            wrote: false,
+            code,
+            tail: start,
+        };
     }
     match ran {
         Ok(Ok(())) => out.push(b'}'),
+        // Rewritten from `start` with the same prefix: `tail` stays where it was.
         Ok(Err(e)) => failed(e, id, start, out, max),
         Err(_panic) => panicked(req.method, id, start, out),
     }
-    Dispatched { wrote: true, code }
+    Dispatched {
+        wrote: true,
+        code,
+        tail,
+    }
 }
 
 #[cold]
