@@ -637,9 +637,13 @@ fn a_subscribe_answered_after_its_caller_gave_up_is_unsubscribed_upstream() {
         r.read_line(&mut next).unwrap();
         let _ = line_tx.send(next);
     });
+    // One upstream connection (the fake accepts one): no reactor connections of the
+    // proxy's own, which could be the one accepted while the subscribe goes on the
+    // upstream thread's (seen under load: the subscribe was never read).
     let mut b = Proxy::builder();
     b.upstream("default", &format!("tcp://{addr}"))
         .connections(1)
+        .reactor_connections(false)
         .health_interval(Duration::ZERO)
         .timeout(Duration::from_millis(100))
         .subscription("subscribe_ticks", "tick", "unsubscribe_ticks");
