@@ -24,15 +24,13 @@
 //! ([`MemoryStore::prefetch`], through `Engine::prefetch_frame`).
 
 use std::hash::BuildHasher;
-
-use foldhash::fast::RandomState;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::OnceLock;
-
-use spin::mutex::{SpinMutex, SpinMutexGuard};
 use std::time::Duration;
 
+use foldhash::fast::RandomState;
 use simd_json::{Node, StaticNode};
+use spin::mutex::{SpinMutex, SpinMutexGuard};
 
 use super::{write_replay, Claim, Digest, Identity, Store};
 use crate::codec::Id;
