@@ -991,12 +991,17 @@ fn a_stalled_upstream_is_taken_out_and_probed_before_use() {
     // The marker pings `tcp_answers` sends go elsewhere: a ping left waiting on the
     // stalled upstream would keep every later call away from it (the least loaded
     // lane is chosen), and the breaker would trip on pings alone.
+    // Only the upstream thread's connections: they take turns (a reactor's own pick
+    // at random between equally loaded upstreams, and 1 run in 50 sent the stalled one
+    // too few calls to trip its breaker). A timeout the good upstream meets on a
+    // loaded machine too.
     b.upstream("default", &format!("tcp://{stall}"))
         .upstream("default", &format!("tcp://{}", good.tcp))
         .upstream("marker", &format!("tcp://{}", good.tcp))
         .route("ping", "marker")
         .connections(1)
-        .timeout(Duration::from_millis(100));
+        .reactor_connections(false)
+        .timeout(Duration::from_millis(300));
     let proxy = b.start().unwrap();
     let front = served_proxy(&proxy, Config::default());
     // Both connections up first: calls sent before the stalled one's connection is
@@ -1096,21 +1101,24 @@ fn idle_upstreams_are_probed_and_a_hung_one_taken_out() {
         let good = Served::start(demo::engine(Config::default()), ServerConfig::default());
         let hung = fake_upstream(|_, _| true);
         let mut b = Proxy::builder();
+        // Only the upstream thread's connections, which the gauges describe and which
+        // calls take in turn (a reactor's own pick at random, and sent all six calls
+        // to the good one in 1 run of 64). Probes the good upstream answers in time on
+        // a loaded machine too (a probe's timeout is the interval).
         b.upstream("default", &format!("tcp://{hung}"))
             .upstream("default", &format!("tcp://{}", good.tcp))
             .upstream("marker", &format!("tcp://{}", good.tcp))
             .route("ping", "marker")
             .connections(1)
+            .reactor_connections(false)
             .timeout(Duration::from_millis(300))
             .health_interval(if checks {
-                Duration::from_millis(100)
+                Duration::from_millis(400)
             } else {
                 Duration::ZERO
             });
         let proxy = b.start().unwrap();
         let front = served_proxy(&proxy, Config::default());
-        // No call at all: only the probes can tell.
-        std::thread::sleep(Duration::from_millis(700));
         let up = |url: String| {
             scraped(
                 front.http,
@@ -1118,6 +1126,19 @@ fn idle_upstreams_are_probed_and_a_hung_one_taken_out() {
             )
             .unwrap()
         };
+        // No call at all: only the probes can tell (without them, nothing changes).
+        if checks {
+            let waited = Instant::now();
+            while up(format!("tcp://{hung}")) != 0.0 {
+                assert!(
+                    waited.elapsed() < Duration::from_secs(10),
+                    "never taken out"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        } else {
+            std::thread::sleep(Duration::from_millis(700));
+        }
         assert_eq!(up(format!("tcp://{}", good.tcp)), 1.0, "checks {checks}");
         assert_eq!(up(format!("tcp://{hung}")), if checks { 0.0 } else { 1.0 });
         let add = r#"{"jsonrpc":"2.0","method":"add","params":[1,2],"id":1}"#;
