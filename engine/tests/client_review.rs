@@ -31,9 +31,11 @@ fn scripted(
 /// of the reading: the follower that is actually waiting has to be promoted.
 #[test]
 fn a_started_call_not_yet_waited_for_does_not_swallow_the_hand_off() {
-    let (addr, t) = scripted(|mut r| {
+    let (read_b, b_read) = std::sync::mpsc::channel();
+    let (addr, t) = scripted(move |mut r| {
         let a = read_request(&mut r).unwrap();
         let b = read_request(&mut r).unwrap();
+        read_b.send(()).unwrap();
         let c = read_request(&mut r).unwrap();
         assert_eq!(
             (a["method"].as_str(), b["method"].as_str()),
@@ -54,6 +56,8 @@ fn a_started_call_not_yet_waited_for_does_not_swallow_the_hand_off() {
         let c = Arc::clone(&c);
         std::thread::spawn(move || c.call::<String, _>("b", ()))
     };
+    // B written first (read by the server), and waiting for its answer.
+    b_read.recv_timeout(Duration::from_secs(10)).unwrap();
     std::thread::sleep(Duration::from_millis(50));
     let follower = {
         let c = Arc::clone(&c);
@@ -248,8 +252,9 @@ fn an_idle_connection_closed_by_the_server_is_replaced_before_writing() {
 /// have reached the server: the request is sent again on a new connection.
 #[test]
 fn a_request_refused_whole_by_a_reset_connection_is_sent_on_a_new_one() {
+    let (reset_tx, reset) = std::sync::mpsc::channel();
     let (addr, t) = scripted_each(vec![
-        Box::new(|mut r| {
+        Box::new(move |mut r| {
             let req = read_request(&mut r).unwrap();
             answer(&mut r, &json!({"jsonrpc":"2.0","id":req["id"],"result":1}));
             let s = r.into_inner();
@@ -257,12 +262,16 @@ fn a_request_refused_whole_by_a_reset_connection_is_sent_on_a_new_one() {
                 .set_linger(Some(Duration::ZERO))
                 .unwrap();
             drop(s); // RST
+            reset_tx.send(()).unwrap();
         }),
         Box::new(echo_ids),
     ]);
     let c = Client::connect(&format!("tcp://{addr}")).unwrap();
     assert_eq!(c.call::<i64, _>("m", ()).unwrap(), 1);
-    // Long enough for the reset to arrive, too short for the idle check.
+    // Reset (not slept for: a preempted script resets late), and long enough for the
+    // reset to arrive, too short for the idle check (if this thread is late, the idle
+    // check reconnects first: the call goes on a new connection too).
+    reset.recv_timeout(Duration::from_secs(10)).unwrap();
     std::thread::sleep(Duration::from_millis(20));
     let r = c.call::<u64, _>("m", ());
     // Answered by `echo_ids` on the second connection (ids start at random above 2³²).
@@ -425,9 +434,11 @@ fn a_large_chunked_response_in_many_small_chunks_decodes() {
 /// ever (so, among other things, the idle connection would never be checked again).
 #[test]
 fn a_panic_while_parsing_a_handed_response_frees_the_slot() {
+    let (read_a, a_read) = std::sync::mpsc::channel();
     let (addr, t) = scripted_each(vec![
-        Box::new(|mut r| {
+        Box::new(move |mut r| {
             let a = read_request(&mut r).unwrap();
+            read_a.send(()).unwrap();
             let b = read_request(&mut r).unwrap();
             // Let B park as a follower; its answer goes through the leader A.
             std::thread::sleep(Duration::from_millis(100));
@@ -443,6 +454,8 @@ fn a_panic_while_parsing_a_handed_response_frees_the_slot() {
         let c = Arc::clone(&c);
         std::thread::spawn(move || c.call::<String, _>("a", ()))
     };
+    // A written first (read by the server), and waiting for its answer.
+    a_read.recv_timeout(Duration::from_secs(10)).unwrap();
     std::thread::sleep(Duration::from_millis(50));
     let follower = {
         let c = Arc::clone(&c);
