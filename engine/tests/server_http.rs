@@ -1683,10 +1683,12 @@ fn graceful_shutdown_answers_blocking_call_in_flight() {
     let chunked_req = post_chunked(br#"{"jsonrpc":"2.0","method":"ping","id":1}"#, 8);
     half_chunked.send(&chunked_req[..chunked_req.len() - 30]);
 
-    let mut reqs = post(&sleep_call(300, 1));
+    let mut reqs = post(&sleep_call(800, 1));
     reqs.extend(ping(2));
     c.send(&reqs);
-    std::thread::sleep(Duration::from_millis(100));
+    // Read by then, on a loaded machine too (a request not read when the shutdown
+    // begins is never read); the sleep still runs.
+    std::thread::sleep(Duration::from_millis(300));
     server.handle.shutdown();
     // run() returns only after the answers were written: they are all in our socket
     // buffer once it has returned (a connection dropped unanswered would read EOF).
@@ -1718,8 +1720,9 @@ fn request_timeout_over_http() {
     let r = c.read().rpc();
     check_one(&r, &err(json!(1), -32001));
     check_one(&c.read().rpc(), &ok(json!(2), json!("pong")));
-    // The late result is dropped: nothing stray on the connection once it finishes.
-    std::thread::sleep(Duration::from_millis(600));
+    // The late result is dropped: nothing stray on the connection once it finishes
+    // (well past it: the one worker must be free again for the call with a budget).
+    std::thread::sleep(Duration::from_millis(1000));
     check_one(&c.call(&ping(3)).rpc(), &ok(json!(3), json!("pong")));
     check_one(
         &c.call(&post(&sleep_call(1, 4))).rpc(),
@@ -1922,8 +1925,9 @@ fn answers_behind_a_blocking_call_respect_the_high_water_mark() {
 fn shutdown_closes_http_with_the_answer_in_flight() {
     let mut server = Running::start(Setup::default().workers(1));
     let mut c = server.client();
-    c.send(&post(&sleep_call(300, 7)));
-    std::thread::sleep(Duration::from_millis(100));
+    c.send(&post(&sleep_call(800, 7)));
+    // Read by then, on a loaded machine too; the sleep still runs.
+    std::thread::sleep(Duration::from_millis(300));
     server.handle.shutdown();
     server.join();
     let r = c.read();

@@ -413,9 +413,11 @@ fn max_connections_refuses_cleanly() {
 fn graceful_shutdown_answers_calls_in_flight() {
     let server = Running::start(Setup::default().workers(2));
     let mut s = server.tcp();
-    s.write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"sleep\",\"params\":{\"ms\":300},\"id\":1}\n{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":2}\n")
+    s.write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"sleep\",\"params\":{\"ms\":800},\"id\":1}\n{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":2}\n")
         .unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    // Read by then, on a loaded machine too (a line not read when the shutdown begins
+    // is never read); the sleep still runs.
+    std::thread::sleep(Duration::from_millis(300));
     server.handle.shutdown();
     let mut r = BufReader::new(s);
     let mut all = String::new();
