@@ -1419,9 +1419,11 @@ fn slowloris_does_not_block_other_clients() {
     let server = Running::start(Setup::default());
     let started = Arc::new(AtomicUsize::new(0));
     let slow_done = Arc::new(AtomicBool::new(false));
+    let fast_done = Arc::new(AtomicBool::new(false));
     let call = r#"{"jsonrpc":"2.0","method":"add","params":[1,1],"id":"slow"}"#;
     // Three slow clients: one trickles its head, one its body, one a chunked body; each
-    // sends one byte every 50 ms for about a second, then the rest.
+    // sends one byte every 50 ms (for at least a second, until the fast client is done,
+    // or until only its last byte is left: seconds), then the rest.
     let chunked_req = post_chunked(call.as_bytes(), 4);
     let slow_inputs: Vec<(Vec<u8>, usize)> = vec![
         (post(call), 0),
@@ -1432,19 +1434,27 @@ fn slowloris_does_not_block_other_clients() {
         .into_iter()
         .map(|(req, from)| {
             let addr = server.http;
-            let (started, slow_done) = (Arc::clone(&started), Arc::clone(&slow_done));
+            let (started, slow_done, fast_done) = (
+                Arc::clone(&started),
+                Arc::clone(&slow_done),
+                Arc::clone(&fast_done),
+            );
             std::thread::spawn(move || {
                 let mut c = Client::connect(addr);
                 c.send(&req[..from]);
-                for (i, b) in req[from..from + 20].iter().enumerate() {
-                    c.send(&[*b]);
-                    if i == 0 {
+                let mut at = from;
+                while at + 1 < req.len() && (at < from + 20 || !fast_done.load(Ordering::SeqCst)) {
+                    c.send(&req[at..=at]);
+                    if at == from {
                         started.fetch_add(1, Ordering::SeqCst);
                     }
+                    at += 1;
                     std::thread::sleep(Duration::from_millis(50));
                 }
-                slow_done.store(true, Ordering::SeqCst);
-                c.send(&req[from + 20..]);
+                if !fast_done.load(Ordering::SeqCst) {
+                    slow_done.store(true, Ordering::SeqCst);
+                }
+                c.send(&req[at..]);
                 check_one(&c.read().rpc(), &ok(json!("slow"), json!(2)));
             })
         })
@@ -1464,6 +1474,7 @@ fn slowloris_does_not_block_other_clients() {
         let r = server.client().call(&ping(i));
         check_one(&r.rpc(), &ok(json!(i), json!("pong")));
     }
+    fast_done.store(true, Ordering::SeqCst);
     assert!(
         !slow_done.load(Ordering::SeqCst),
         "the fast client finished only after a slow client had sent its last trickled byte"
