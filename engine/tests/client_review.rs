@@ -376,13 +376,15 @@ fn reconnecting_counts_against_the_call_deadline() {
         matches!(r, Err(Error::ConnectTimeout)),
         "{r:?} after {took:?}"
     );
-    assert!(took < timeout * 3 / 2, "{took:?}");
+    // Within twice the deadline (a loaded machine's slack), far from the connect
+    // timeout's 5 s.
+    assert!(took < timeout * 2, "{took:?}");
     let (r, took) = other.join().unwrap();
     assert!(
         matches!(r, Err(Error::ConnectTimeout)),
         "{r:?} after {took:?}"
     );
-    assert!(took < timeout * 3 / 2, "{took:?}");
+    assert!(took < timeout * 2, "{took:?}");
 }
 
 /// A large chunked response in many small chunks and many writes is decoded as it
