@@ -575,9 +575,11 @@ fn a_client_that_never_reads_delays_no_other() {
     let (proxy, front) = ticks_proxy(&format!("tcp://{}", upstream.tcp), |b| {
         b.subscription_queue(16);
     });
-    // 8 KiB ticks every millisecond: the slow client's socket buffers fill within
-    // the 2,000 ticks the fast one reads.
-    let params = "[1,8192]";
+    // 8 KiB ticks every 2 ms: the slow client's socket buffers fill within the 2,000
+    // ticks the fast one reads, and the fast one (a debug build's JSON parsing) keeps up
+    // on a loaded machine too (its slack, the queue, the high-water mark and its socket
+    // buffers, a few hundred ticks, is twice as long as at 1 ms).
+    let params = "[2,8192]";
     let mut slow = Lines::tcp(front.tcp);
     let slow_id = slow.subscribe(params);
     let mut fast = Lines::tcp(front.tcp);
