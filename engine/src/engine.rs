@@ -1671,6 +1671,11 @@ impl Complete for Waiter {
             self.ready.notify_all();
         }
     }
+
+    /// `Engine::handle` waits on the thread that called it.
+    fn waits_here(&self) -> bool {
+        true
+    }
 }
 
 /// An [`Id`] that outlives the frame's parse.

@@ -1410,6 +1410,64 @@ fn a_sub_batch_is_not_taken_half_written() {
     drop(proxy);
 }
 
+/// A handler that calls an engine forwarding through the proxy and waits for the
+/// answer on its own (reactor) thread: the call is sent at once by the upstream
+/// thread, neither held in the enclosing batch's sub-batch until the batch ends nor
+/// put on the reactor's own connection until its turn ends (both wait for the handler:
+/// it would be answered only by its timeout).
+#[test]
+fn a_call_waited_for_inside_a_batch_is_not_held_for_the_batch() {
+    let a_lines = Arc::default();
+    let a = recorder("a", Arc::clone(&a_lines));
+    let mut p = Proxy::builder();
+    p.upstream("default", &format!("tcp://{a}"))
+        .connections(1)
+        .health_interval(Duration::ZERO)
+        .batch_max(100);
+    let proxy = p.start().unwrap();
+    let other = {
+        let mut methods = Registry::builder();
+        proxy.install(&mut methods).unwrap();
+        let config = Config::default().request_timeout(Some(Duration::from_secs(3)));
+        Arc::new(Engine::new(methods.freeze(), config))
+    };
+    let mut methods = Registry::builder();
+    proxy.install(&mut methods).unwrap();
+    methods
+        .method("nested", move |_p: Params<'_>| -> Result<Value, RpcError> {
+            let mut out = Vec::new();
+            let call = br#"{"jsonrpc":"2.0","method":"a_9","params":[9],"id":9}"#;
+            let _ = other.handle(call, &mut other.scratch(), &mut out);
+            Ok(serde_json::from_slice::<Value>(&out).unwrap())
+        })
+        .unwrap();
+    let front = Served::start(
+        Engine::new(methods.freeze(), Config::default()),
+        ServerConfig::default(),
+    );
+    let batch = r#"[{"jsonrpc":"2.0","method":"a_1","params":[1],"id":1},{"jsonrpc":"2.0","method":"nested","id":2},{"jsonrpc":"2.0","method":"a_2","params":[2],"id":3}]"#;
+    let answers = tcp_answers(front.tcp, batch);
+    assert_eq!(
+        answers[0],
+        json!([
+            {"jsonrpc": "2.0", "id": 1, "result": {"up": "a", "params": [1]}},
+            {"jsonrpc": "2.0", "id": 2, "result":
+                {"jsonrpc": "2.0", "id": 9, "result": {"up": "a", "params": [9]}}},
+            {"jsonrpc": "2.0", "id": 3, "result": {"up": "a", "params": [2]}},
+        ])
+    );
+    // Alone, the same: not on the reactor's own connection, which is written only at
+    // the end of the reactor's turn.
+    let single = r#"{"jsonrpc":"2.0","method":"nested","id":4}"#;
+    assert_eq!(
+        tcp_answers(front.tcp, single),
+        [json!({"jsonrpc": "2.0", "id": 4, "result":
+            {"jsonrpc": "2.0", "id": 9, "result": {"up": "a", "params": [9]}}})]
+    );
+    front.stop();
+    drop(proxy);
+}
+
 /// Over HTTP, a sub-batch is one request: a batch answer is relayed per element, a
 /// call it has no answer for is failed, and an error answering the batch as a whole
 /// (an upstream refusing it) is every element's answer.

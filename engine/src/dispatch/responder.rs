@@ -39,6 +39,12 @@ pub(crate) trait Complete: Send + Sync {
     /// The answer for `tag`: a whole response object, and its error code (`None`: a
     /// result).
     fn complete(&self, tag: Tag, answer: Vec<u8>, code: Option<i32>);
+    /// Whether the caller waits for the answer on the thread that runs the handler
+    /// ([`Engine::handle`](crate::Engine::handle)): nothing sent for the call may wait
+    /// for that thread to go on (the end of a reactor's turn, of a batch).
+    fn waits_here(&self) -> bool {
+        false
+    }
 }
 
 /// The answer to one call of a deferred method, to be given once, from any thread.
@@ -176,6 +182,12 @@ impl Responder {
     /// Whether the call is a notification (its answer will be dropped).
     pub fn is_notification(&self) -> bool {
         self.bound.is_none()
+    }
+
+    /// Whether the caller waits for the answer on this thread (see
+    /// [`Complete::waits_here`]).
+    pub(crate) fn waited_here(&self) -> bool {
+        self.bound.as_ref().is_some_and(|b| b.target.waits_here())
     }
 
     /// Answers with `result` serialized by serde, or with the error.

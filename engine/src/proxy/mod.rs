@@ -261,10 +261,15 @@ impl Shared {
         let g = self.routes.find(method).unwrap_or(self.default_group);
         let group = &self.groups[g];
         let idempotent = self.idempotent.find(method).is_some();
+        // Waited for on this thread (a handler calling `Engine::handle`): sent at once
+        // by the upstream thread, neither on this reactor's own lanes (written at the
+        // end of its turn) nor in the enclosing batch's sub-batch (closed at its end),
+        // which would wait for this thread while it waits for them.
+        let waited = responder.waited_here();
         // On a reactor with lanes of its own, the call goes on one of those (written and
         // answered on this thread), unless it may be hedged (hedging watches the shared
         // lanes) or joins a client batch's sub-batch (sub-batches are the shared lanes').
-        let own = if idempotent && self.hedge.is_some() {
+        let own = if waited || idempotent && self.hedge.is_some() {
             None
         } else {
             upstream::own_lane(self, &group.upstreams)
@@ -287,7 +292,7 @@ impl Shared {
         };
         // An element of a client batch joins the batch's sub-batch for this lane.
         let batch = match target {
-            Some(_) if lane.batch_max > 1 => {
+            Some(_) if lane.batch_max > 1 && !waited => {
                 sub_batch::owner().map(|owner| (owner, lane.batch_max))
             }
             _ => None,
