@@ -1673,6 +1673,7 @@ impl Complete for Waiter {
     }
 
     /// `Engine::handle` waits on the thread that called it.
+    #[cfg(feature = "proxy")]
     fn waits_here(&self) -> bool {
         true
     }

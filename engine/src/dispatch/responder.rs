@@ -42,6 +42,7 @@ pub(crate) trait Complete: Send + Sync {
     /// Whether the caller waits for the answer on the thread that runs the handler
     /// ([`Engine::handle`](crate::Engine::handle)): nothing sent for the call may wait
     /// for that thread to go on (the end of a reactor's turn, of a batch).
+    #[cfg(feature = "proxy")]
     fn waits_here(&self) -> bool {
         false
     }
@@ -186,6 +187,7 @@ impl Responder {
 
     /// Whether the caller waits for the answer on this thread (see
     /// [`Complete::waits_here`]).
+    #[cfg(feature = "proxy")]
     pub(crate) fn waited_here(&self) -> bool {
         self.bound.as_ref().is_some_and(|b| b.target.waits_here())
     }
