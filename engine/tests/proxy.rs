@@ -1468,6 +1468,59 @@ fn a_call_waited_for_inside_a_batch_is_not_held_for_the_batch() {
     drop(proxy);
 }
 
+/// The same with coalescing: a call waited for on the reactor's thread does not join
+/// an identical call in flight that waits for that thread (on the reactor's own
+/// connection, written at the end of its turn; or in the enclosing batch's sub-batch).
+#[test]
+fn a_call_waited_for_joins_no_identical_call_waiting_for_its_thread() {
+    for batch_max in [1, 100] {
+        let a_lines = Arc::default();
+        let a = recorder("a", Arc::clone(&a_lines));
+        let mut p = Proxy::builder();
+        p.upstream("default", &format!("tcp://{a}"))
+            .connections(1)
+            .health_interval(Duration::ZERO)
+            .idempotent("a_*")
+            .batch_max(batch_max);
+        let proxy = p.start().unwrap();
+        let other = {
+            let mut methods = Registry::builder();
+            proxy.install(&mut methods).unwrap();
+            let config = Config::default().request_timeout(Some(Duration::from_secs(3)));
+            Arc::new(Engine::new(methods.freeze(), config))
+        };
+        let mut methods = Registry::builder();
+        proxy.install(&mut methods).unwrap();
+        methods
+            .method("nested", move |_p: Params<'_>| -> Result<Value, RpcError> {
+                let mut out = Vec::new();
+                let call = br#"{"jsonrpc":"2.0","method":"a_1","params":[1],"id":9}"#;
+                let _ = other.handle(call, &mut other.scratch(), &mut out);
+                Ok(serde_json::from_slice::<Value>(&out).unwrap())
+            })
+            .unwrap();
+        let front = Served::start(
+            Engine::new(methods.freeze(), Config::default()),
+            ServerConfig::default(),
+        );
+        // `a_1` first, in flight (on the reactor's connection when batches are not
+        // forwarded as batches, else in the batch's sub-batch) when `nested` asks the
+        // same.
+        let batch = r#"[{"jsonrpc":"2.0","method":"a_1","params":[1],"id":1},{"jsonrpc":"2.0","method":"nested","id":2}]"#;
+        assert_eq!(
+            tcp_answers(front.tcp, batch)[0],
+            json!([
+                {"jsonrpc": "2.0", "id": 1, "result": {"up": "a", "params": [1]}},
+                {"jsonrpc": "2.0", "id": 2, "result":
+                    {"jsonrpc": "2.0", "id": 9, "result": {"up": "a", "params": [1]}}},
+            ]),
+            "batch_max {batch_max}"
+        );
+        front.stop();
+        drop(proxy);
+    }
+}
+
 /// Over HTTP, a sub-batch is one request: a batch answer is relayed per element, a
 /// call it has no answer for is failed, and an error answering the batch as a whole
 /// (an upstream refusing it) is every element's answer.

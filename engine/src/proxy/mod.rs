@@ -316,8 +316,11 @@ impl Shared {
         let now = Instant::now();
         let mut responder = responder;
         let mut keyed = None;
-        if (idempotent && self.coalesce) || ttl.is_some() {
-            let coalesced = idempotent && self.coalesce;
+        // A call waited for on this thread joins no identical call in flight (that one
+        // may be on this reactor's own lane, or in the enclosing batch's sub-batch,
+        // which wait for this thread), nor is it joined.
+        let coalesced = idempotent && self.coalesce && !waited;
+        if coalesced || ttl.is_some() {
             // The key is written into a reused buffer; it is copied only for a call
             // that goes upstream.
             let keying = KEY.with(|k| {
