@@ -328,6 +328,60 @@ fn slow_senders_are_timed_out() {
     thread.join().unwrap().unwrap();
 }
 
+/// A request trickled a byte at a time is timed out from its first byte, not from its
+/// latest: the server closes the connection while the client is still sending (the
+/// clock used to start again with every read, so a trickle was never timed out).
+#[test]
+fn a_trickled_request_is_timed_out_from_its_first_byte() {
+    let settings = ServerConfig::default().request_read_timeout(Some(Duration::from_millis(300)));
+    let mut server = Server::with_config(demo::engine(Config::default()), settings).unwrap();
+    let tcp = server.listen_tcp("127.0.0.1:0").unwrap();
+    let http = server.listen_http("127.0.0.1:0").unwrap();
+    let handle = server.handle();
+    let thread = std::thread::spawn(move || server.run());
+    // Writes `head`, then a byte every 50 ms, 100 of them (5 s); whether the server
+    // stopped taking them before the end, and what it answered.
+    let trickle = |addr, head: &'static [u8]| {
+        std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            s.write_all(head).unwrap();
+            let mut cut = false;
+            for _ in 0..100 {
+                std::thread::sleep(Duration::from_millis(50));
+                if s.write_all(b" ").is_err() {
+                    cut = true;
+                    break;
+                }
+            }
+            let mut answer = Vec::new();
+            let _ = s.read_to_end(&mut answer);
+            (cut, String::from_utf8_lossy(&answer).into_owned())
+        })
+    };
+    let line = trickle(tcp, br#"{"jsonrpc":"2.0","method":"ping","id":1"#);
+    let body = trickle(
+        http,
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
+    );
+    let (cut, answer) = line.join().unwrap();
+    assert!(
+        cut,
+        "a line trickled for 5 s was not cut off (answer {answer:?})"
+    );
+    let (cut, answer) = body.join().unwrap();
+    assert!(
+        cut,
+        "an HTTP body trickled for 5 s was not cut off (answer {answer:?})"
+    );
+    assert!(
+        answer.starts_with("HTTP/1.1 408 Request Timeout\r\n"),
+        "{answer}"
+    );
+    handle.shutdown();
+    thread.join().unwrap().unwrap();
+}
+
 #[test]
 fn a_client_streaming_mid_line_is_not_a_slow_sender() {
     // Every read ends mid-request, but each request arrives well within the limit.

@@ -924,8 +924,12 @@ fn decode(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<usize>)
 fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<usize>) {
     conn.held = false;
     loop {
-        // Each request is timed from its own first byte (see `Conn::track_partial`).
-        conn.partial_since = None;
+        // Each request is timed from its own first byte (see `Conn::track_partial`):
+        // the clock set for the request still arriving is cleared once it is whole,
+        // and kept while more of it is awaited (a read that does not complete it, a
+        // `100 Continue`, a ping between a message's fragments), so that a client
+        // trickling a request never gets more than `request_read_timeout` for it.
+        let since = conn.partial_since.take();
         if conn.read_closed && !matches!(conn.decoder, Decoder::Line(_)) {
             return;
         }
@@ -942,7 +946,10 @@ fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<
                         .prefetch_frame(&conn.rbuf, frame.len(), &conn.session);
                     answer_line(ctx, conn, key, &frame);
                 }
-                Ok(None) => return,
+                Ok(None) => {
+                    conn.partial_since = since;
+                    return;
+                }
                 Err(e) => {
                     let mark = conn.out.len();
                     count_frame_error(ctx, conn);
@@ -952,7 +959,10 @@ fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<
                 }
             },
             Decoder::Http(d) => match d.decode(&mut conn.rbuf) {
-                None => return,
+                None => {
+                    conn.partial_since = since;
+                    return;
+                }
                 Some(HttpEvent::Rpc {
                     body,
                     reply,
@@ -999,6 +1009,7 @@ fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<
                     queue_if_behind(conn, mark);
                 }
                 Some(HttpEvent::Continue) => {
+                    conn.partial_since = since;
                     let mark = conn.out.len();
                     http::write_continue(&mut conn.out);
                     queue_if_behind(conn, mark);
@@ -1026,7 +1037,10 @@ fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<
                 }
             },
             Decoder::Ws(d) => match d.decode(&mut conn.rbuf) {
-                None => return,
+                None => {
+                    conn.partial_since = since;
+                    return;
+                }
                 Some(WsEvent::Message(frame)) => answer(ctx, conn, key, &frame, None, None),
                 Some(WsEvent::TooLarge) => {
                     let mark = conn.out.len();
@@ -1041,7 +1055,10 @@ fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<
                 }
                 // Control frames go out at once, between whole messages: a pong does
                 // not wait for answers still being computed.
-                Some(WsEvent::Ping(payload)) => websocket::write_pong(&mut conn.out, &payload),
+                Some(WsEvent::Ping(payload)) => {
+                    conn.partial_since = since;
+                    websocket::write_pong(&mut conn.out, &payload);
+                }
                 Some(WsEvent::Close(code)) => {
                     // Echoed after the answers owed; then the peer closes the socket.
                     conn.read_closed = true;
