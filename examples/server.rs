@@ -59,7 +59,8 @@ struct Args {
     /// Most open connections.
     #[arg(long, value_name = "N", default_value_t = defaults::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
-    /// Close connections idle this long, in ms (0: never).
+    /// Close connections idle this long, and peers that took none of the answers owed
+    /// them this long (they stopped reading), in ms (0: never).
     #[arg(long, value_name = "MS", default_value_t = defaults::DEFAULT_IDLE_TIMEOUT.as_millis() as u64)]
     idle_timeout_ms: u64,
     /// Check subscribers' connections for a live peer after this long without traffic,

@@ -199,7 +199,9 @@ impl ServerConfig {
     }
 
     /// Close a connection with nothing in flight after this long without
-    /// traffic (default [`defaults::DEFAULT_IDLE_TIMEOUT`]; `None`: never).
+    /// traffic (default [`defaults::DEFAULT_IDLE_TIMEOUT`]; `None`: never). Also how
+    /// long a peer may take none of the answers owed it (it stopped reading) before
+    /// its connection is dropped.
     pub fn idle_timeout(mut self, t: Option<Duration>) -> Self {
         self.idle_timeout = t;
         self

@@ -382,6 +382,55 @@ fn a_trickled_request_is_timed_out_from_its_first_byte() {
     thread.join().unwrap().unwrap();
 }
 
+/// A peer that stops reading while it is owed answers is dropped after the idle
+/// timeout: what it is owed is bounded, but was held for ever, with the connection.
+#[test]
+fn a_peer_that_stops_reading_is_dropped_after_the_idle_timeout() {
+    let settings = ServerConfig::default()
+        .idle_timeout(Some(Duration::from_millis(500)))
+        .write_high_water(64 * 1024);
+    let mut server = Server::with_config(demo::engine(Config::default()), settings).unwrap();
+    let tcp = server.listen_tcp("127.0.0.1:0").unwrap();
+    let handle = server.handle();
+    let thread = std::thread::spawn(move || server.run());
+    let s = TcpStream::connect(tcp).unwrap();
+    // Requests with 16 KB answers, far more than the sockets' buffers and the high
+    // water mark hold, and never a read.
+    let mut w = s.try_clone().unwrap();
+    w.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+    let writer = std::thread::spawn(move || {
+        let big = "x".repeat(16 * 1024);
+        let req = format!(
+            "{{\"jsonrpc\":\"2.0\",\"method\":\"echo\",\"params\":[\"{big}\"],\"id\":1}}\n"
+        );
+        let mut sent = 0;
+        for _ in 0..2_000 {
+            if w.write_all(req.as_bytes()).is_err() {
+                break;
+            }
+            sent += 1;
+        }
+        sent
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    // Dropped: what was already in the sockets' buffers, then the end (or a reset).
+    // Kept, reading would get answers for ever, then time out.
+    let mut r = s;
+    r.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = Vec::new();
+    let end = r.read_to_end(&mut got);
+    assert!(
+        !matches!(&end, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
+        "the connection was kept: {end:?} after {} bytes",
+        got.len()
+    );
+    let sent = writer.join().unwrap();
+    let answers = got.iter().filter(|&&b| b == b'\n').count();
+    assert!(answers < sent, "{answers} answers to {sent} requests");
+    handle.shutdown();
+    thread.join().unwrap().unwrap();
+}
+
 #[test]
 fn a_client_streaming_mid_line_is_not_a_slow_sender() {
     // Every read ends mid-request, but each request arrives well within the limit.

@@ -7,7 +7,7 @@ use std::io::{self, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use mio::net::{TcpStream, UnixStream};
@@ -110,6 +110,10 @@ pub(crate) struct Conn {
     pub(crate) written: usize,
     /// Bytes written since the metrics last took the count.
     sent: usize,
+    /// Bytes written in all (wraps): whether output moved between two sweeps.
+    flushed: usize,
+    /// Output owed and not moving: `flushed` when first seen so, and when.
+    stalled: Option<(usize, Instant)>,
     /// Answers owed after everything in `out`, in request order.
     pub(crate) slots: VecDeque<Slot>,
     pub(crate) next_slot: u64,
@@ -175,6 +179,8 @@ impl Conn {
             out: Vec::new(),
             written: 0,
             sent: 0,
+            flushed: 0,
+            stalled: None,
             slots: VecDeque::new(),
             next_slot: 0,
             last_active: Instant::now(),
@@ -240,6 +246,7 @@ impl Conn {
                 Ok(n) => {
                     self.written += n;
                     self.sent += n;
+                    self.flushed = self.flushed.wrapping_add(n);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -272,6 +279,23 @@ impl Conn {
             // (While the server itself holds reading back, the pause is not the
             // client's; see `may_read`.)
             self.partial_since = Some(now);
+        }
+    }
+
+    /// Whether the peer has taken none of the output owed it for longer than `limit`
+    /// (it stopped reading), as seen at `now`. Called once a sweep: output first seen
+    /// owed and not moving starts the clock, any byte written stops it.
+    pub(crate) fn stalled_past(&mut self, now: Instant, limit: Duration) -> bool {
+        if self.written >= self.out.len() {
+            self.stalled = None;
+            return false;
+        }
+        match self.stalled {
+            Some((at, since)) if at == self.flushed => now.duration_since(since) > limit,
+            _ => {
+                self.stalled = Some((self.flushed, now));
+                false
+            }
         }
     }
 

@@ -373,6 +373,7 @@ fn serve(parts: Parts) -> io::Result<()> {
                 revoke_subscribers(&ctx, &mut conns, guard);
             }
             if let Some(idle) = ctx.settings.idle_timeout {
+                stalled_peers(&ctx, &mut conns, &poll, idle);
                 // A connection with subscriptions is listening, not idle.
                 let stale: Vec<usize> = conns
                     .iter()
@@ -573,6 +574,21 @@ fn close_after_last(conn: &mut Conn) {
         None => {
             http::close_after_last(&mut conn.out, conn.written);
         }
+    }
+}
+
+/// Closes connections whose peer has taken none of the answers owed it for longer than
+/// `limit` (the idle timeout): it stopped reading. What it is owed is bounded (see
+/// `ServerConfig::write_high_water`), but would otherwise be held for ever, with the
+/// connection. Nothing more can reach the peer: dropped, not wound down.
+fn stalled_peers(ctx: &Ctx, conns: &mut Slab<Conn>, poll: &mio::Poll, limit: Duration) {
+    let now = Instant::now();
+    let stalled: Vec<usize> = conns
+        .iter_mut()
+        .filter_map(|(k, c)| c.stalled_past(now, limit).then_some(k))
+        .collect();
+    for key in stalled {
+        close(ctx, poll, conns, key);
     }
 }
 
