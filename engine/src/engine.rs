@@ -1066,7 +1066,11 @@ impl Engine {
         id: Id<'_>,
         element: Option<u32>,
     ) -> Option<Digest> {
-        let idem = source.headers.and_then(|h| h.idempotency_key());
+        // An empty key is no key: anonymous clients sending one would share it.
+        let idem = source
+            .headers
+            .and_then(|h| h.idempotency_key())
+            .filter(|k| !k.is_empty());
         match source.session {
             Some(s) => {
                 let key = s.with_identity(|who| d.key(who, idem, id, element));

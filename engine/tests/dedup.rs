@@ -213,6 +213,10 @@ fn http_idempotency_keys() {
     // clients).
     assert_eq!(post(s.http, &[], &incr).1["result"], 6);
     assert_eq!(post(s.http, &[], &incr).1["result"], 9);
+    // Nor with an empty one, which two anonymous clients would share.
+    let empty = [("Idempotency-Key", "")];
+    assert_eq!(post(s.http, &empty, &incr).1["result"], 12);
+    assert_eq!(post(s.http, &empty, &incr).1["result"], 15);
     // The key with other params: -32043.
     assert_eq!(
         code(&post(s.http, &key, &req("incr", json!([4]), json!(1))).1),
@@ -227,7 +231,7 @@ fn http_idempotency_keys() {
     ]);
     let (_, v) = post(s.http, &other, &batch);
     let first: Vec<&Value> = v.as_array().unwrap().iter().map(|a| &a["result"]).collect();
-    assert_eq!(first, [&json!(10), &json!(11)]);
+    assert_eq!(first, [&json!(16), &json!(17)]);
     let renumbered = json!([
         req("incr", json!([1]), json!(3)),
         req("incr", json!([1]), json!(4))
@@ -239,6 +243,6 @@ fn http_idempotency_keys() {
         .iter()
         .map(|a| (&a["id"], &a["result"]))
         .collect();
-    assert_eq!(again, [(&json!(3), &json!(10)), (&json!(4), &json!(11))]);
+    assert_eq!(again, [(&json!(3), &json!(16)), (&json!(4), &json!(17))]);
     s.stop();
 }

@@ -1242,7 +1242,9 @@ fn cors_preflight_and_allowed_origins() {
     );
     assert_eq!(
         r.header("Access-Control-Allow-Headers"),
-        Some("Content-Type, Authorization"),
+        Some(
+            "Content-Type, Authorization, Idempotency-Key, RPC-Timeout-Ms, traceparent, tracestate"
+        ),
         "{r}"
     );
     assert_eq!(r.header("Access-Control-Max-Age"), Some("7200"), "{r}");

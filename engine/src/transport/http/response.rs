@@ -161,6 +161,7 @@ pub(crate) const fn reason(status: u16) -> &'static str {
         200 => "OK",
         204 => "No Content",
         400 => "Bad Request",
+        401 => "Unauthorized",
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
@@ -169,6 +170,7 @@ pub(crate) const fn reason(status: u16) -> &'static str {
         413 => "Content Too Large",
         415 => "Unsupported Media Type",
         417 => "Expectation Failed",
+        426 => "Upgrade Required",
         429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
@@ -238,9 +240,11 @@ pub(crate) fn write_no_content(out: &mut Vec<u8>, reply: Reply, server: &ServerH
 /// cache the answer for `Max-Age` seconds: 7200, Chromium's cap.
 const PREFLIGHT_HEADERS: [(&str, &str); 3] = [
     ("Access-Control-Allow-Methods", "POST, OPTIONS"),
+    // The request headers the server reads, and `tracestate`, which tracing clients
+    // send with `traceparent` (a browser's call with any other fails its preflight).
     (
         "Access-Control-Allow-Headers",
-        "Content-Type, Authorization",
+        "Content-Type, Authorization, Idempotency-Key, RPC-Timeout-Ms, traceparent, tracestate",
     ),
     ("Access-Control-Max-Age", "7200"),
 ];
@@ -764,7 +768,7 @@ mod tests {
         assert!(has("Access-Control-Allow-Methods", "POST, OPTIONS"));
         assert!(has(
             "Access-Control-Allow-Headers",
-            "Content-Type, Authorization"
+            "Content-Type, Authorization, Idempotency-Key, RPC-Timeout-Ms, traceparent, tracestate"
         ));
         assert!(has("Access-Control-Max-Age", "7200"));
         assert!(!fields.iter().any(|f| f.0 == "Content-Length"));
