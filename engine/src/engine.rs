@@ -906,6 +906,7 @@ impl Engine {
             (Some(d), Some(key), Some(id)) => {
                 let named = entry.and_then(|e| e.dedup_name);
                 let fp = d.fingerprint(req.method, named, &req.params);
+                let at = out.len();
                 match d.store.claim(&key, &fp, id, out) {
                     Claim::Run(slot) => Some((d, key, fp, slot)),
                     Claim::Bypass => None,
@@ -913,7 +914,13 @@ impl Engine {
                         let code = match claim {
                             Claim::Replayed(code) => {
                                 defer.event(Event::DedupReplay);
-                                code
+                                // (A stored answer is written whole: past a batch's
+                                // budget, it is told too large as any answer is.)
+                                if out.len() > limit {
+                                    over_budget(out, at, id, max)
+                                } else {
+                                    code
+                                }
                             }
                             refused => Some(crate::dedup::write_refusal(out, id, refused)),
                         };
@@ -989,12 +996,23 @@ impl Engine {
             };
         }
         let mark = out.len();
-        let d = dispatch(entry, req, ctx.as_ref(), source, out, limit, max);
+        // A de-duplicated call is answered within its own budget, not what is left of
+        // its batch's: its real answer is what a retry must get, where a batch's
+        // budget would have written -32002 in its place (and stored that). Past the
+        // batch's budget, the batch then gets -32002 for it, as for a pool call's.
+        let own = match ticket {
+            Some(_) => limit.max(mark.saturating_add(max)),
+            None => limit,
+        };
+        let mut d = dispatch(entry, req, ctx.as_ref(), source, out, own, max);
         if let Some((dd, key, fp, slot)) = ticket {
             // The answer after its id, where dispatch wrote it (not found again).
             let answer = out.get(d.tail..).filter(|_| d.wrote);
             debug_assert_eq!(answer, crate::dedup::tail(&out[mark..]));
             crate::dedup::settle(&dd.store, &key, &fp, slot, answer, d.code);
+            if let (true, Some(id)) = (out.len() > limit, req.id) {
+                d.code = over_budget(out, mark, id, max);
+            }
         }
         defer.outcome(metric, d.code);
         if let Some(h) = hooks {
@@ -1681,6 +1699,15 @@ impl Complete for Waiter {
     fn waits_here(&self) -> bool {
         true
     }
+}
+
+/// Replaces the answer written from `at` by the `-32002` error (an answer past a
+/// batch's budget); its code.
+#[cold]
+fn over_budget(out: &mut Vec<u8>, at: usize, id: Id<'_>, max: usize) -> Option<i32> {
+    out.truncate(at);
+    crate::serializer::response::write_rpc_error(out, id, &crate::dispatch::too_large(max));
+    Some(crate::error::ErrorCode::ResponseTooLarge.code())
 }
 
 /// An [`Id`] that outlives the frame's parse.

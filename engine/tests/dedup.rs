@@ -194,6 +194,40 @@ fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &Value) -> (u16, Value
     (a.status, a.body)
 }
 
+/// A de-duplicated call in a batch whose answers pass `max_response_bytes` before it:
+/// the batch gets -32002 in its place, but the call ran, and a retry (alone) gets its
+/// real answer, not the -32002 (which was stored in its place).
+#[test]
+fn a_batch_elements_answer_cut_for_size_is_not_what_is_stored() {
+    let engine = demo::engine(Config::default().max_response_bytes(400))
+        .with_guard(Guard::new().with_keys_toml(KEYS).unwrap())
+        .with_dedup(Dedup::memory(1 << 20, DEFAULT_TTL));
+    let s = Served::start(engine, ServerConfig::default());
+    let mut a = authed(s.tcp, "t");
+    let big = "x".repeat(340);
+    let batch = json!([
+        req("echo", json!([big]), json!(1)),
+        req("incr", json!([2]), json!(7))
+    ]);
+    let v = a.call(&batch);
+    assert_eq!(v[0]["result"], json!([big]), "{v}");
+    assert_eq!(code(&v[1]), -32002, "{v}");
+    let v = a.call(&req("incr", json!([2]), json!(7)));
+    assert_eq!((&v["id"], &v["result"]), (&json!(7), &json!(2)), "{v}");
+    assert_eq!(
+        a.call(&req("get_counter", json!([]), json!(8)))["result"],
+        2
+    );
+    // A replay in such a batch is cut as any answer is.
+    let v = a.call(&batch);
+    assert_eq!(code(&v[1]), -32002, "{v}");
+    assert_eq!(
+        a.call(&req("get_counter", json!([]), json!(9)))["result"],
+        2
+    );
+    s.stop();
+}
+
 #[test]
 fn http_idempotency_keys() {
     // No keys: anonymous callers, de-duplicated only with an Idempotency-Key.
