@@ -118,6 +118,50 @@ fn http_needs_a_bearer_token() {
     s.stop();
 }
 
+/// With `Expect: 100-continue`, a bad or missing token is refused (401, closed) before
+/// the body is asked for; a good one gets its 100, then its answer.
+#[test]
+fn http_credentials_are_checked_before_the_body_is_asked_for() {
+    use std::io::{Read, Write};
+    let (s, _e) = serve(keys(""));
+    let body = r#"{"jsonrpc":"2.0","method":"ping","id":1}"#;
+    let head = |auth: &str| {
+        format!(
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{auth}Expect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+    };
+    for auth in ["", "Authorization: Bearer wrong\r\n"] {
+        let mut c = TcpStream::connect(s.http).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        c.write_all(head(auth).as_bytes()).unwrap();
+        // The head alone: the answer comes without the body.
+        let mut answer = String::new();
+        c.read_to_string(&mut answer).unwrap();
+        assert!(
+            answer.starts_with("HTTP/1.1 401 Unauthorized\r\n"),
+            "{answer}"
+        );
+        assert!(!answer.contains("100 Continue"), "{answer}");
+        assert!(answer.contains("-32040"), "{answer}");
+    }
+    let mut c = TcpStream::connect(s.http).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    c.write_all(head("Authorization: Bearer r3ader\r\n").as_bytes())
+        .unwrap();
+    let mut got = [0u8; 25];
+    c.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"HTTP/1.1 100 Continue\r\n\r\n");
+    c.write_all(body.as_bytes()).unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = c.read(&mut answer).unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    s.stop();
+}
+
 #[test]
 fn allow_lists_apply_to_every_batch_element() {
     let (s, _e) = serve(keys(""));

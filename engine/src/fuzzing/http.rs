@@ -137,7 +137,7 @@ fn feed_http<'p>(limits: &HttpLimits, pieces: impl IntoIterator<Item = &'p [u8]>
                 HttpEvent::Health { reply, head } => Ev::Health(reply, head),
                 HttpEvent::Metrics { reply, head } => Ev::Metrics(reply, head),
                 HttpEvent::Preflight { reply } => Ev::Preflight(reply),
-                HttpEvent::Continue => Ev::Continue,
+                HttpEvent::Continue { .. } => Ev::Continue,
                 HttpEvent::Upgrade { key, head, reply } => Ev::Upgrade(key, head.to_vec(), reply),
                 HttpEvent::Reject {
                     status,

@@ -1024,9 +1024,28 @@ fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<
                     http::write_preflight(&mut conn.out, reply, &ctx.http);
                     queue_if_behind(conn, mark);
                 }
-                Some(HttpEvent::Continue) => {
+                Some(HttpEvent::Continue { head, reply }) => {
                     conn.partial_since = since;
                     let mark = conn.out.len();
+                    // Credentials are checked before the body is asked for: a bad or
+                    // missing token is refused now, and the body never sent.
+                    if let Some(guard) = ctx.engine.guard() {
+                        let headers = Headers::new(conn.rbuf.get(..head).unwrap_or_default());
+                        let sent_token = headers.authorization().is_some();
+                        if let Err(denied) = guard.authenticate_http(&conn.session, &headers) {
+                            if let Some(m) = ctx.pending.metrics() {
+                                m.event(crate::metrics::Event::AuthFailure);
+                            }
+                            conn.read_closed = true;
+                            let reply = Reply {
+                                keep_alive: false,
+                                ..reply
+                            };
+                            refuse_unauthenticated(ctx, conn, reply, denied, sent_token);
+                            queue_if_behind(conn, mark);
+                            continue;
+                        }
+                    }
                     http::write_continue(&mut conn.out);
                     queue_if_behind(conn, mark);
                 }
@@ -1121,7 +1140,7 @@ fn upgrade(ctx: &mut Ctx, conn: &mut Conn, key: &[u8; 24], head: &[u8], reply: R
                     m.event(crate::metrics::Event::AuthFailure);
                 }
                 conn.read_closed = true;
-                refuse_unauthenticated(ctx, conn, reply, denied, &headers);
+                refuse_unauthenticated(ctx, conn, reply, denied, true);
                 queue_if_behind(conn, mark);
                 return;
             }
@@ -1215,7 +1234,8 @@ fn answer(
             if let Some(m) = ctx.pending.metrics() {
                 m.event(crate::metrics::Event::AuthFailure);
             }
-            refuse_unauthenticated(ctx, conn, reply, denied, &headers);
+            let sent_token = headers.authorization().is_some();
+            refuse_unauthenticated(ctx, conn, reply, denied, sent_token);
             queue_if_behind(conn, mark);
             return;
         }
@@ -1347,12 +1367,12 @@ fn refuse_unauthenticated(
     conn: &mut Conn,
     reply: Reply,
     denied: crate::guard::Denied,
-    headers: &Headers<'_>,
+    sent_token: bool,
 ) {
     let mut body = Vec::with_capacity(160);
     denied.write_unbound(&mut body);
     // RFC 6750 §3: a token was sent but is not valid: `error="invalid_token"`.
-    let challenge = if headers.authorization().is_some() {
+    let challenge = if sent_token {
         r#"Bearer realm="ringrpc", error="invalid_token""#
     } else {
         r#"Bearer realm="ringrpc""#

@@ -73,7 +73,8 @@
 //!   head is accepted, [`HttpEvent::Continue`] is emitted before the body — even if the
 //!   body has already arrived, so the events do not depend on how the stream was split.
 //!   A refused head gets its error status without 100, and the connection closes (the
-//!   client may or may not send the body).
+//!   client may or may not send the body); so does a request the server refuses on
+//!   that event (a missing or bad credential: 401).
 //! - **Errors.** Every refusal is an [`HttpEvent::Reject`] carrying an [`HttpError`]. When
 //!   the refused request's body can be skipped safely (a `Content-Length` within
 //!   `max_body_bytes`, no 100-continue pending), it is discarded as it arrives and the

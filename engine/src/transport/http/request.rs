@@ -326,9 +326,15 @@ pub(crate) enum HttpEvent {
         reply: Reply,
     },
     /// The client sent `Expect: 100-continue` and the head is acceptable: write
-    /// [`write_continue`](super::write_continue) now; the body follows, and then
-    /// [`HttpEvent::Rpc`]. Emitted at most once per request.
-    Continue,
+    /// [`write_continue`](super::write_continue) now (or refuse the request: a bad
+    /// credential); the body follows, and then [`HttpEvent::Rpc`]. Emitted at most
+    /// once per request.
+    Continue {
+        /// The head's length: it is at the front of the buffer until the body comes.
+        head: usize,
+        /// For a refusal instead of the 100.
+        reply: Reply,
+    },
     /// Not a JSON-RPC request: answer with [`write_status`](super::write_status).
     Reject {
         /// The status to answer with (`error.status()`).
@@ -900,7 +906,10 @@ impl HttpDecoder {
                     Framing::None => State::Body { len: 0, meta },
                 };
                 if expect && !matches!(body, Framing::Length(0) | Framing::None) {
-                    Step::Event(HttpEvent::Continue)
+                    Step::Event(HttpEvent::Continue {
+                        head: meta.head,
+                        reply: meta.reply,
+                    })
                 } else {
                     Step::Next
                 }
@@ -1047,7 +1056,7 @@ mod tests {
             HttpEvent::Health { reply, .. } => Ev::Health(reply.keep_alive),
             HttpEvent::Metrics { reply, .. } => Ev::Metrics(reply.keep_alive),
             HttpEvent::Preflight { reply } => Ev::Preflight(reply),
-            HttpEvent::Continue => Ev::Continue,
+            HttpEvent::Continue { .. } => Ev::Continue,
             HttpEvent::Upgrade { key, head, .. } => Ev::Upgrade(key, head.to_vec()),
             HttpEvent::Reject {
                 status,
