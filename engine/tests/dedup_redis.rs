@@ -295,6 +295,47 @@ fn a_deferred_call_past_its_deadline_is_answered_by_its_real_outcome() {
     timed_out_then_replayed("later_incr");
 }
 
+/// A call that outlives its claim's marker (the TTL) does not, when it finishes, take
+/// over the claim of the retry that ran after the marker expired: its finish only
+/// touches its own claim, so a retry meanwhile is told the second run is in progress
+/// (it used to be replayed the first run's answer, and the second run's was dropped).
+#[test]
+fn a_call_outliving_its_marker_leaves_the_next_claim_alone() {
+    const LONG: Duration = Duration::from_millis(3000);
+    let redis = RedisServer::start();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut b = demo::builder();
+    let r = Arc::clone(&runs);
+    b.blocking_method(
+        "long_incr",
+        move |_p: Params<'_>| -> Result<usize, RpcError> {
+            let n = r.fetch_add(1, Ordering::SeqCst) + 1;
+            std::thread::sleep(LONG);
+            Ok(n)
+        },
+    )
+    .unwrap()
+    .dedup("long_incr")
+    .unwrap();
+    let engine = Engine::new(b.freeze(), Config::default())
+        .with_guard(guard())
+        .with_dedup(Dedup::redis(&redis.url(), Duration::from_secs(2), false).unwrap());
+    let call = json!({"jsonrpc":"2.0","method":"long_incr","params":[],"id":7});
+    std::thread::scope(|s| {
+        // A runs from 0 to 3 s; its marker expires at 2 s.
+        let a = s.spawn(|| Caller::new(&engine, "t").call(call.clone()));
+        std::thread::sleep(Duration::from_millis(2300));
+        // B, a retry, claims anew at 2.3 s (its marker lasts to 4.3 s) and runs to 5.3 s.
+        let b = s.spawn(|| Caller::new(&engine, "t").call(call.clone()));
+        assert_eq!(a.join().unwrap()["result"], 1);
+        // Between A's finish and B's: B's claim holds.
+        let c = Caller::new(&engine, "t").call(call.clone());
+        assert_eq!(code(&c), Some(-32042), "{c}");
+        assert_eq!(b.join().unwrap()["result"], 2);
+    });
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
 /// One HTTP/1.1 POST; the answer's body (a 200 is required).
 fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &Value) -> Value {
     let a = util::http::post(addr, headers, body);

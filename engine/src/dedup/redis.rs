@@ -3,14 +3,16 @@
 //!
 //! One Redis string per key, `ringrpc:dedup:<hex of the key digest>`, holding either
 //!
-//! - a claim marker, `R<hex fp>`, while the call runs, or
+//! - a claim marker, `R<hex fp><hex nonce>`, while the call runs (the nonce drawn
+//!   for this claim alone), or
 //! - the answer, `D<hex fp><code>\n<tail>`: the code in decimal (empty for a result),
 //!   then the response's bytes after its id.
 //!
 //! Both expire after the TTL (`PX`). A claim is `SET … NX PX`, so of several instances
 //! racing for a key exactly one runs the call; finishing and releasing are Lua
-//! compare-and-set scripts that only touch the key while it still holds this call's
-//! marker, so a late or duplicate finish cannot overwrite another call's answer.
+//! compare-and-set scripts that only touch the key while it still holds this claim's
+//! marker, so a late or duplicate finish cannot overwrite another call's answer, nor
+//! the claim of a retry made after this call's marker expired.
 //!
 //! Unlike the memory store, a running call's marker also expires after the TTL: a call
 //! that runs longer than the TTL can then be run again by a retry.
@@ -67,6 +69,9 @@ pub(crate) struct RedisStore {
     /// Nanoseconds since `epoch` before which connecting is not tried ([`BACKOFF`]).
     retry_at: AtomicU64,
     epoch: Instant,
+    /// Claims made, and a random start: each claim's marker is its own.
+    claims: AtomicU64,
+    seed: u64,
 }
 
 impl RedisStore {
@@ -89,7 +94,26 @@ impl RedisStore {
             fail_open,
             retry_at: AtomicU64::new(0),
             epoch: Instant::now(),
+            claims: AtomicU64::new(0),
+            seed: std::hash::BuildHasher::hash_one(
+                &std::collections::hash_map::RandomState::new(),
+                std::process::id(),
+            ),
         })
+    }
+
+    /// A number for a new claim: unique in this process, and (random) unlikely to be
+    /// another instance's.
+    fn nonce(&self) -> u64 {
+        // splitmix64 of a counter from a random start: distinct for 2^64 claims.
+        let mut z = self.seed.wrapping_add(
+            self.claims
+                .fetch_add(1, Ordering::Relaxed)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        );
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
     }
 
     fn now(&self) -> u64 {
@@ -175,7 +199,8 @@ impl RedisStore {
         out: &mut Vec<u8>,
     ) -> RedisResult<Claim> {
         let k = redis_key(key);
-        let marker = marker(fp);
+        let nonce = self.nonce();
+        let marker = marker(fp, nonce);
         let found = self.with_conn(|c| {
             // Twice: the key may expire between a refused SET and the GET.
             for _ in 0..2 {
@@ -200,12 +225,13 @@ impl RedisStore {
             Ok(Found::Churning)
         })?;
         let value = match found {
-            Found::Claimed => return Ok(Claim::Run(0)),
+            // The nonce comes back to `finish` or `release` as the claim's slot.
+            Found::Claimed => return Ok(Claim::Run(nonce)),
             // Taken and gone twice in a row: other calls hold it briefly; retry later.
             Found::Churning => return Ok(Claim::InProgress),
             Found::Value(v) => v,
         };
-        let ours = &marker.as_bytes()[1..];
+        let ours = &marker.as_bytes()[1..=FP_HEX];
         match parse(&value) {
             Some(Stored::Running(theirs)) if theirs == ours => Ok(Claim::InProgress),
             Some(Stored::Done(theirs, code, tail)) if theirs == ours => {
@@ -244,9 +270,9 @@ impl Store for RedisStore {
 
     /// Errors are dropped: the marker then stays until the TTL, and retries meanwhile
     /// answer `-32042`.
-    fn finish(&self, key: &Digest, fp: &Digest, _slot: u64, tail: &[u8], code: Option<i32>) {
+    fn finish(&self, key: &Digest, fp: &Digest, slot: u64, tail: &[u8], code: Option<i32>) {
         let k = redis_key(key);
-        let marker = marker(fp);
+        let marker = marker(fp, slot);
         let mut value = Vec::with_capacity(1 + 32 + 11 + 1 + tail.len());
         value.push(b'D');
         value.extend_from_slice(hex(fp).as_bytes());
@@ -269,9 +295,9 @@ impl Store for RedisStore {
 
     /// Errors are dropped: the marker then stays until the TTL, and retries meanwhile
     /// answer `-32042`.
-    fn release(&self, key: &Digest, fp: &Digest, _slot: u64) {
+    fn release(&self, key: &Digest, fp: &Digest, slot: u64) {
         let k = redis_key(key);
-        let marker = marker(fp);
+        let marker = marker(fp, slot);
         let _ = self.with_conn(|c| {
             redis::cmd("EVAL")
                 .arg(RELEASE)
@@ -300,7 +326,7 @@ enum Found {
 /// A value read back from a key.
 #[derive(Debug, PartialEq, Eq)]
 enum Stored<'a> {
-    /// A claim marker: its fingerprint (hex).
+    /// A claim marker: its fingerprint (hex; its nonce is not compared).
     Running(&'a [u8]),
     /// An answer: its fingerprint (hex), code and tail.
     Done(&'a [u8], Option<i32>, &'a [u8]),
@@ -308,12 +334,12 @@ enum Stored<'a> {
 
 /// Reads a value this store wrote; `None` for anything else.
 fn parse(value: &[u8]) -> Option<Stored<'_>> {
-    const FP: usize = 32;
     let (&kind, rest) = value.split_first()?;
-    let fp = rest.get(..FP)?;
-    let rest = rest.get(FP..)?;
+    let fp = rest.get(..FP_HEX)?;
+    let rest = rest.get(FP_HEX..)?;
     match kind {
-        b'R' if rest.is_empty() => Some(Stored::Running(fp)),
+        // (Without a nonce: a marker of a build before nonces.)
+        b'R' if rest.is_empty() || rest.len() == 16 => Some(Stored::Running(fp)),
         b'D' => {
             let nl = memchr::memchr(b'\n', rest)?;
             let code = match &rest[..nl] {
@@ -333,10 +359,15 @@ fn redis_key(key: &Digest) -> String {
     k
 }
 
-fn marker(fp: &Digest) -> String {
-    let mut m = String::with_capacity(33);
+/// A fingerprint's length in hex.
+const FP_HEX: usize = 32;
+
+/// The marker of a claim of `fp` with `nonce`.
+fn marker(fp: &Digest, nonce: u64) -> String {
+    let mut m = String::with_capacity(1 + FP_HEX + 16);
     m.push('R');
     m.push_str(&hex(fp));
+    m.push_str(&format!("{nonce:016x}"));
     m
 }
 
@@ -398,7 +429,13 @@ mod tests {
         let fp = [0xabu8; 16];
         let h = hex(&fp);
         assert_eq!(
-            parse(marker(&fp).as_bytes()),
+            parse(marker(&fp, 0x0123_4567_89ab_cdef).as_bytes()),
+            Some(Stored::Running(h.as_bytes()))
+        );
+        assert_eq!(marker(&fp, 1).len(), 1 + 32 + 16);
+        // A marker of a build before nonces is still read as one.
+        assert_eq!(
+            parse(format!("R{h}").as_bytes()),
             Some(Stored::Running(h.as_bytes()))
         );
         let done = format!("D{h}-32001\n\"error\":{{}}}}");
@@ -416,6 +453,7 @@ mod tests {
             "R",
             "Rabc",
             &format!("R{h}x"),
+            &format!("R{h}0123456789abcdef0"),
             &format!("D{h}"),
             &format!("D{h}x\n"),
             &format!("X{h}"),
