@@ -195,11 +195,11 @@ impl RedisStore {
         &self,
         key: &Digest,
         fp: &Digest,
+        nonce: u64,
         id: Id<'_>,
         out: &mut Vec<u8>,
     ) -> RedisResult<Claim> {
         let k = redis_key(key);
-        let nonce = self.nonce();
         let marker = marker(fp, nonce);
         let found = self.with_conn(|c| {
             // Twice: the key may expire between a refused SET and the GET.
@@ -261,10 +261,21 @@ impl Store for RedisStore {
     }
 
     fn claim(&self, key: &Digest, fp: &Digest, id: Id<'_>, out: &mut Vec<u8>) -> Claim {
-        match self.try_claim(key, fp, id, out) {
+        let nonce = self.nonce();
+        match self.try_claim(key, fp, nonce, id, out) {
             Ok(claim) => claim,
-            Err(_) if self.fail_open => Claim::Bypass,
-            Err(_) => Claim::Unavailable,
+            Err(_) => {
+                // The `SET` may have been applied though its reply was lost (a
+                // timeout): the claim is taken back, so that retries are not told
+                // "in progress" until the TTL for a call that never ran. Only this
+                // claim's marker is deleted, if Redis answers now.
+                self.release(key, fp, nonce);
+                if self.fail_open {
+                    Claim::Bypass
+                } else {
+                    Claim::Unavailable
+                }
+            }
         }
     }
 
