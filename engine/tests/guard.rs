@@ -535,6 +535,26 @@ fn jwt_callers_over_http_and_tcp() {
     let v = c.call(&req("rpc.auth", json!({"token": anon}), 1));
     assert_eq!(v["result"]["identity"], "jwt", "{v}");
     assert_eq!(c.call(&req("echo", json!([1]), 2))["result"], json!([1]));
+
+    // Presented once, a token holds until its `exp`, not past it.
+    let mut c = Line::tcp(s.tcp);
+    let brief = jwt(&secret, &json!({"iat": now, "exp": now + 2}));
+    let v = c.call(&req("rpc.auth", json!({"token": brief}), 1));
+    assert_eq!(v["result"]["identity"], "jwt", "{v}");
+    assert_eq!(c.call(&req("ping", json!([]), 2))["result"], "pong");
+    let until = std::time::UNIX_EPOCH + std::time::Duration::from_secs(now + 2);
+    if let Ok(left) = until.duration_since(std::time::SystemTime::now()) {
+        std::thread::sleep(left + std::time::Duration::from_millis(100));
+    }
+    let v = c.call(&req("ping", json!([]), 3));
+    assert_eq!(code(&v), -32040, "{v}");
+    assert_eq!(
+        v["error"]["message"]
+            .as_str()
+            .map(|m| m.contains("expired")),
+        Some(true),
+        "{v}"
+    );
     s.stop();
     let _ = std::fs::remove_file(&path);
 }

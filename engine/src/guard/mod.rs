@@ -289,6 +289,7 @@ impl Guard {
                 .check(secret, token, jwt::now_unix())
                 .map_err(|_| Denied::Unauthenticated("unknown token"))?;
             let name: Arc<str> = claims.sub.as_deref().unwrap_or("jwt").into();
+            let exp = claims.exp;
             st.principal = Some(Arc::new(Principal {
                 dedup_state: crate::dedup::Identity::new(&name).state,
                 name,
@@ -296,6 +297,7 @@ impl Guard {
                 limit: None,
             }));
             st.via = Via::Jwt;
+            st.jwt_exp = exp;
         } else {
             return Err(Denied::Unauthenticated("unknown token"));
         }
@@ -370,6 +372,16 @@ impl Guard {
         if st.generation != generation && self.required {
             self.refresh(&mut st, source, generation);
         }
+        // A JWT presented once (`rpc.auth`, a WebSocket's upgrade) holds until its `exp`
+        // (its `iat` was checked when it was presented).
+        if st.jwt_exp.is_some_and(|exp| jwt::now_unix() >= exp) {
+            st.forget();
+            drop(st);
+            if let Some(push) = source.push {
+                push.close_all(crate::dispatch::subscription::SinkClosed::Revoked);
+            }
+            return Err(Denied::Unauthenticated("token expired"));
+        }
         match &st.principal {
             Some(p) => {
                 if !p.allow.allows(method) {
@@ -442,6 +454,10 @@ impl Guard {
             return false;
         };
         let mut st = session.state.borrow_mut();
+        if st.jwt_exp.is_some_and(|exp| jwt::now_unix() >= exp) {
+            st.forget();
+            return true;
+        }
         let generation = self.generation.load(Ordering::Acquire);
         if st.generation == generation || st.principal.is_none() {
             return false;
@@ -510,6 +526,8 @@ struct State {
     /// The key file's snapshot the principal came from (for method weights).
     keys: Option<Arc<Keys>>,
     jwt: JwtCache,
+    /// The `exp` of the JWT the identity came from, if it had one.
+    jwt_exp: Option<u64>,
 }
 
 impl State {
@@ -518,6 +536,7 @@ impl State {
         self.via = Via::None;
         self.token.clear();
         self.generation = 0;
+        self.jwt_exp = None;
     }
 
     fn is_token(&self, token: &[u8]) -> bool {
