@@ -153,12 +153,37 @@ fn unhex(text: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
+/// A key file's TOML error, told without the file's text: toml's own message quotes the
+/// line it is on, and serde's name the value they could not take, either of which may
+/// be a token (a misspelt `token` field, a token in the wrong field). The line number,
+/// and the message with every quoted string in it elided.
+fn syntax_error(text: &str, e: &toml::de::Error) -> GuardError {
+    let line = e
+        .span()
+        .and_then(|r| text.get(..r.start))
+        .map(|before| before.matches('\n').count() + 1);
+    let mut message = String::with_capacity(e.message().len());
+    let mut quoted = false;
+    for c in e.message().chars() {
+        if c == '"' {
+            quoted = !quoted;
+            message.push_str(if quoted { "\"…" } else { "\"" });
+        } else if !quoted {
+            message.push(c);
+        }
+    }
+    GuardError::KeyFile(match line {
+        Some(line) => format!("line {line}: {}", message.trim()),
+        None => message.trim().to_owned(),
+    })
+}
+
 impl Keys {
     /// Parses a key file's text. `old` is the file loaded before (a reload): identities
     /// of the same name keep their rate-limit buckets, so a reload is no way around a
     /// limit.
     pub(crate) fn parse(text: &str, old: Option<&Keys>) -> Result<Self, GuardError> {
-        let file: File = toml::from_str(text).map_err(|e| GuardError::KeyFile(e.to_string()))?;
+        let file: File = toml::from_str(text).map_err(|e| syntax_error(text, &e))?;
         let bad = |what: String| GuardError::KeyFile(what);
         let old_buckets: FxHashMap<&str, &Arc<Bucket>> = old
             .into_iter()
@@ -395,6 +420,32 @@ mod tests {
         ] {
             let e = Keys::parse(text, None).unwrap_err().to_string();
             assert!(e.contains(want) || want == "TOML", "{text:?}: {e}");
+        }
+    }
+
+    /// A token in the wrong place is not in the error (which the server prints): toml
+    /// quotes the offending line, serde the value it could not take.
+    #[test]
+    fn errors_never_hold_a_token() {
+        for (text, want) in [
+            (
+                "[[key]]\nname=\"a\"\ntokne = \"s3cret-ops\"\n",
+                "line 3: unknown field `tokne`",
+            ),
+            (
+                "[[key]]\nname=\"a\"\ntoken=\"x\"\nrate = \"s3cret-ops\"\n",
+                "line 4",
+            ),
+            ("[[key]]\nname=\"a\"\ntoken = \"s3cret-ops\\q\"\n", "line 3"),
+            ("[[key]]\nname=\"a\"\ntoken = \"s3cret-ops\n", "line 3"),
+            (
+                "[[peer]]\nname=\"p\"\nuid=1\ntoken = \"s3cret-ops\"\n",
+                "line 4",
+            ),
+        ] {
+            let e = Keys::parse(text, None).unwrap_err().to_string();
+            assert!(!e.contains("s3cret"), "{text:?}: {e}");
+            assert!(e.contains(want), "{text:?}: {e}");
         }
     }
 
