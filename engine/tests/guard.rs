@@ -389,6 +389,31 @@ fn an_http_batch_only_partly_limited_is_answered_200() {
     s.stop();
 }
 
+/// Notifications only, every one refused by a rate limit: no body, but 429 with
+/// `Retry-After` (it was 204, as if they had run).
+#[test]
+fn an_http_request_of_limited_notifications_is_answered_429() {
+    // `metered`: burst 10, 1 call/s.
+    let (s, _e) = serve(keys(""));
+    let notes = |n: usize| {
+        Value::Array(
+            (0..n)
+                .map(|_| json!({"jsonrpc": "2.0", "method": "ping"}))
+                .collect(),
+        )
+    };
+    let auth = [("Authorization", "Bearer m3tered")];
+    let (status, _, _) = post(s.http, &auth, &notes(10));
+    assert_eq!(status, 204);
+    let (status, h, body) = post(s.http, &auth, &notes(3));
+    assert_eq!((status, &body), (429, &Value::Null));
+    assert!(
+        header(&h, "retry-after").is_some_and(|v| v.parse::<u64>().is_ok_and(|s| s >= 1)),
+        "{h:?}"
+    );
+    s.stop();
+}
+
 #[test]
 fn weights_charge_more_per_call() {
     // `metered` has a burst of 10 and `sum` weighs 5: two sums pass, the third does not.

@@ -1303,7 +1303,16 @@ fn answer(
             },
             (Some((h, reply)), Outcome::Nothing) => {
                 http::cancel_json_response(&mut conn.out, h);
-                http::write_no_content(&mut conn.out, reply, &ctx.http);
+                match all_limited {
+                    // Notifications only, every one refused by a rate limit: no body to
+                    // send, but the status says so.
+                    Some(l) => {
+                        let secs = itoa::Buffer::new().format(l.retry_after_secs()).to_owned();
+                        let extra = [("Retry-After", secs.as_str())];
+                        http::write_head(&mut conn.out, 429, 0, reply, &ctx.http, &extra);
+                    }
+                    None => http::write_no_content(&mut conn.out, reply, &ctx.http),
+                }
             }
         }
         queue_if_behind(conn, mark);

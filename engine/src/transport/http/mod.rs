@@ -113,7 +113,7 @@ pub(crate) use fields::{Cors, Origin};
 pub(crate) use request::{HttpDecoder, HttpError, HttpEvent, HttpLimits};
 pub(crate) use response::{
     begin_json_response, begin_json_response_traced, cancel_json_response, close_after_last,
-    finish_json_response, finish_json_response_traced, write_continue, write_health,
+    finish_json_response, finish_json_response_traced, write_continue, write_head, write_health,
     write_json_status, write_metrics, write_no_content, write_preflight, write_refusal,
     write_status, JsonResponse, Reply, ServerHeaders,
 };
