@@ -346,6 +346,40 @@ fn non_idempotent_calls_are_not_retried_and_retries_stop_at_the_cap() {
     assert!(*count.lock().unwrap() < 4 + 10);
 }
 
+/// An error with a `null` id on a stream names no request: after a notification (whose
+/// error it may be: a line over the server's limit) it is not given to the one call
+/// waiting, and with several calls waiting it fails none of them; each gets its own
+/// answer.
+#[test]
+fn an_error_with_a_null_id_is_given_to_no_call_it_may_not_be_for() {
+    let null_error =
+        json!({"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request"}});
+    let (addr, t) = scripted(move |_, mut r| {
+        // A notification, then a call: the notification's error, then the call's answer.
+        let _note = read_request(&mut r).unwrap();
+        let call = read_request(&mut r).unwrap();
+        answer(&mut r, &null_error);
+        answer(&mut r, &json!({"jsonrpc":"2.0","id":call["id"],"result":1}));
+        // Two calls waiting, and an error no one can be told apart for.
+        let (a, b) = (read_request(&mut r).unwrap(), read_request(&mut r).unwrap());
+        answer(&mut r, &null_error);
+        for req in [a, b] {
+            let n = if req["method"] == "two" { 2 } else { 3 };
+            answer(&mut r, &json!({"jsonrpc":"2.0","id":req["id"],"result":n}));
+        }
+        false
+    });
+    let c = Arc::new(Client::connect(&format!("tcp://{addr}")).unwrap());
+    c.notify("note", [0]).unwrap();
+    assert_eq!(c.call::<i64, _>("one", ()).unwrap(), 1);
+    let c2 = Arc::clone(&c);
+    let first = std::thread::spawn(move || c2.call::<i64, _>("two", ()).unwrap());
+    // (The server reads both before answering either.)
+    let second = c.call::<i64, _>("three", ()).unwrap();
+    assert_eq!((first.join().unwrap(), second), (2, 3));
+    t.join().unwrap();
+}
+
 #[test]
 fn protocol_violations_are_reported_as_such() {
     let cases: Vec<(&'static str, Violation)> = vec![

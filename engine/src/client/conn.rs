@@ -386,6 +386,9 @@ pub(crate) struct Conn {
     table: Mutex<Table>,
     /// Set once the connection has failed, read without a lock by `Client`.
     dead: AtomicBool,
+    /// Whether a notification was ever sent on it: an error with a `null` id may then be
+    /// its answer (a line over the server's size limit), not a waiting call's.
+    notified: AtomicBool,
     /// A handle on the socket to shut it down from any thread.
     control: Stream,
     /// The client's ids: which were sent, and its `Idempotency-Key` prefix.
@@ -495,6 +498,7 @@ impl Conn {
                 sub_capacity: opts.subscription_queue,
             }),
             dead: AtomicBool::new(false),
+            notified: AtomicBool::new(false),
             control,
             ids,
             max_response: opts.max_response_bytes,
@@ -589,6 +593,9 @@ impl Conn {
             }
             if let Framing::Http { .. } = self.framing {
                 t.http.push_back(reply.then_some(ids.start));
+            }
+            if !reply {
+                self.notified.store(true, Ordering::Relaxed);
             }
             reply.then(|| Ticket {
                 slot: self.register(&mut t, ids.clone(), carry.subscribe),
@@ -1114,16 +1121,20 @@ impl Conn {
                 }
             }
             None => {
-                // An id-less error on a stream: it can only be attributed when one
-                // call is waiting.
+                // An id-less error on a stream (a request the server could not read):
+                // it is a call's only when one call is waiting and no notification was
+                // ever sent here (whose error it could be). Else it names no one: it is
+                // dropped, and the other callers get their own answers (the call it was
+                // for, if any, times out: its outcome is not known, where a wrong
+                // error would say it did not run).
                 let mut waiting = t
                     .slots
                     .iter()
                     .enumerate()
                     .filter(|(_, s)| s.state == State::Waiting);
                 match (waiting.next(), waiting.next()) {
-                    (Some((i, _)), None) => i,
-                    _ => return Err(Failure::Protocol(Violation::UnknownId)),
+                    (Some((i, _)), None) if !self.notified.load(Ordering::Relaxed) => i,
+                    _ => return Ok(Route::Ignored),
                 }
             }
         };
