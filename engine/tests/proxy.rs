@@ -1410,20 +1410,16 @@ fn a_sub_batch_is_not_taken_half_written() {
     drop(proxy);
 }
 
-/// A handler that calls an engine forwarding through the proxy and waits for the
-/// answer on its own (reactor) thread: the call is sent at once by the upstream
-/// thread, neither held in the enclosing batch's sub-batch until the batch ends nor
-/// put on the reactor's own connection until its turn ends (both wait for the handler:
-/// it would be answered only by its timeout).
-#[test]
-fn a_call_waited_for_inside_a_batch_is_not_held_for_the_batch() {
-    let a_lines = Arc::default();
-    let a = recorder("a", Arc::clone(&a_lines));
+/// A front server whose method `nested` calls (`Engine::handle`, on the reactor's
+/// thread) an engine forwarding through the proxy to upstream `a` (`tune` sets the
+/// proxy up), sending `call`, and answers what that got.
+fn nested_front(tune: impl FnOnce(&mut ProxyBuilder), call: &'static [u8]) -> (Served, Proxy) {
+    let a = recorder("a", Arc::default());
     let mut p = Proxy::builder();
     p.upstream("default", &format!("tcp://{a}"))
         .connections(1)
-        .health_interval(Duration::ZERO)
-        .batch_max(100);
+        .health_interval(Duration::ZERO);
+    tune(&mut p);
     let proxy = p.start().unwrap();
     let other = {
         let mut methods = Registry::builder();
@@ -1436,7 +1432,6 @@ fn a_call_waited_for_inside_a_batch_is_not_held_for_the_batch() {
     methods
         .method("nested", move |_p: Params<'_>| -> Result<Value, RpcError> {
             let mut out = Vec::new();
-            let call = br#"{"jsonrpc":"2.0","method":"a_9","params":[9],"id":9}"#;
             let _ = other.handle(call, &mut other.scratch(), &mut out);
             Ok(serde_json::from_slice::<Value>(&out).unwrap())
         })
@@ -1444,6 +1439,23 @@ fn a_call_waited_for_inside_a_batch_is_not_held_for_the_batch() {
     let front = Served::start(
         Engine::new(methods.freeze(), Config::default()),
         ServerConfig::default(),
+    );
+    (front, proxy)
+}
+
+/// A handler that calls an engine forwarding through the proxy and waits for the
+/// answer on its own (reactor) thread: the call is sent at once by the upstream
+/// thread, neither held in the enclosing batch's sub-batch until the batch ends nor
+/// put on the reactor's own connection until its turn ends (both wait for the handler:
+/// it would be answered only by its timeout).
+#[test]
+fn a_call_waited_for_inside_a_batch_is_not_held_for_the_batch() {
+    let call = br#"{"jsonrpc":"2.0","method":"a_9","params":[9],"id":9}"#;
+    let (front, proxy) = nested_front(
+        |p| {
+            p.batch_max(100);
+        },
+        call,
     );
     let batch = r#"[{"jsonrpc":"2.0","method":"a_1","params":[1],"id":1},{"jsonrpc":"2.0","method":"nested","id":2},{"jsonrpc":"2.0","method":"a_2","params":[2],"id":3}]"#;
     let answers = tcp_answers(front.tcp, batch);
@@ -1474,34 +1486,12 @@ fn a_call_waited_for_inside_a_batch_is_not_held_for_the_batch() {
 #[test]
 fn a_call_waited_for_joins_no_identical_call_waiting_for_its_thread() {
     for batch_max in [1, 100] {
-        let a_lines = Arc::default();
-        let a = recorder("a", Arc::clone(&a_lines));
-        let mut p = Proxy::builder();
-        p.upstream("default", &format!("tcp://{a}"))
-            .connections(1)
-            .health_interval(Duration::ZERO)
-            .idempotent("a_*")
-            .batch_max(batch_max);
-        let proxy = p.start().unwrap();
-        let other = {
-            let mut methods = Registry::builder();
-            proxy.install(&mut methods).unwrap();
-            let config = Config::default().request_timeout(Some(Duration::from_secs(3)));
-            Arc::new(Engine::new(methods.freeze(), config))
-        };
-        let mut methods = Registry::builder();
-        proxy.install(&mut methods).unwrap();
-        methods
-            .method("nested", move |_p: Params<'_>| -> Result<Value, RpcError> {
-                let mut out = Vec::new();
-                let call = br#"{"jsonrpc":"2.0","method":"a_1","params":[1],"id":9}"#;
-                let _ = other.handle(call, &mut other.scratch(), &mut out);
-                Ok(serde_json::from_slice::<Value>(&out).unwrap())
-            })
-            .unwrap();
-        let front = Served::start(
-            Engine::new(methods.freeze(), Config::default()),
-            ServerConfig::default(),
+        let call = br#"{"jsonrpc":"2.0","method":"a_1","params":[1],"id":9}"#;
+        let (front, proxy) = nested_front(
+            |p| {
+                p.idempotent("a_*").batch_max(batch_max);
+            },
+            call,
         );
         // `a_1` first, in flight (on the reactor's connection when batches are not
         // forwarded as batches, else in the batch's sub-batch) when `nested` asks the

@@ -334,11 +334,8 @@ fn slow_senders_are_timed_out() {
 #[test]
 fn a_trickled_request_is_timed_out_from_its_first_byte() {
     let settings = ServerConfig::default().request_read_timeout(Some(Duration::from_millis(300)));
-    let mut server = Server::with_config(demo::engine(Config::default()), settings).unwrap();
-    let tcp = server.listen_tcp("127.0.0.1:0").unwrap();
-    let http = server.listen_http("127.0.0.1:0").unwrap();
-    let handle = server.handle();
-    let thread = std::thread::spawn(move || server.run());
+    let s = Served::start(demo::engine(Config::default()), settings);
+    let (tcp, http) = (s.tcp, s.http);
     // Writes `head`, then a byte every 50 ms, 100 of them (5 s); whether the server
     // stopped taking them before the end, and what it answered.
     let trickle = |addr, head: &'static [u8]| {
@@ -378,8 +375,7 @@ fn a_trickled_request_is_timed_out_from_its_first_byte() {
         answer.starts_with("HTTP/1.1 408 Request Timeout\r\n"),
         "{answer}"
     );
-    handle.shutdown();
-    thread.join().unwrap().unwrap();
+    s.stop();
 }
 
 /// A peer that stops reading while it is owed answers is dropped after the idle
@@ -389,11 +385,8 @@ fn a_peer_that_stops_reading_is_dropped_after_the_idle_timeout() {
     let settings = ServerConfig::default()
         .idle_timeout(Some(Duration::from_millis(500)))
         .write_high_water(64 * 1024);
-    let mut server = Server::with_config(demo::engine(Config::default()), settings).unwrap();
-    let tcp = server.listen_tcp("127.0.0.1:0").unwrap();
-    let handle = server.handle();
-    let thread = std::thread::spawn(move || server.run());
-    let s = TcpStream::connect(tcp).unwrap();
+    let served = Served::start(demo::engine(Config::default()), settings);
+    let s = TcpStream::connect(served.tcp).unwrap();
     // Requests with 16 KB answers, far more than the sockets' buffers and the high
     // water mark hold, and never a read.
     let mut w = s.try_clone().unwrap();
@@ -427,8 +420,7 @@ fn a_peer_that_stops_reading_is_dropped_after_the_idle_timeout() {
     let sent = writer.join().unwrap();
     let answers = got.iter().filter(|&&b| b == b'\n').count();
     assert!(answers < sent, "{answers} answers to {sent} requests");
-    handle.shutdown();
-    thread.join().unwrap().unwrap();
+    served.stop();
 }
 
 #[test]
