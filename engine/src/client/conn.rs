@@ -863,22 +863,30 @@ impl Conn {
     pub(crate) fn next_note(&self, token: u64, deadline: Instant) -> NoteWait {
         let mut t = lock(&self.table);
         loop {
+            // Returning without reading: if no one reads, the next waiter is woken to
+            // (this one may have been woken to read, and the others wait on it).
+            let done = |t: &Table, w: NoteWait| {
+                if !t.leader {
+                    wake_next(t);
+                }
+                w
+            };
             let Some(i) = t.subs.iter().position(|s| s.token == token) else {
-                return NoteWait::Ended(None);
+                return done(&t, NoteWait::Ended(None));
             };
             let sub = &mut t.subs[i];
             if let Some(n) = sub.items.pop_front() {
-                return NoteWait::Item(n);
+                return done(&t, NoteWait::Item(n));
             }
             if let Some(end) = sub.end.take() {
-                return NoteWait::Ended(end);
+                return done(&t, NoteWait::Ended(end));
             }
             if let Some(f) = t.failed {
                 return NoteWait::Failed(f.error());
             }
             let now = Instant::now();
             if now >= deadline {
-                return NoteWait::TimedOut;
+                return done(&t, NoteWait::TimedOut);
             }
             if !t.leader {
                 t.leader = true;
