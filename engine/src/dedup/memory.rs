@@ -411,9 +411,9 @@ struct Shard {
 ///
 /// A spin lock (a try, then spinning on reads, then yielding, then short sleeps): a
 /// claim or a finish holds it for a few hundred instructions, and its release is a
-/// plain store, where a futex mutex's is a locked instruction. Two of those a de-duplicated call: ~16 ns
-/// of its cost in a server (TCP 16x64 `incr` at 64 KiB, 2.105 -> 2.178 M calls/s;
-/// docs/PERFORMANCE.md, stop 34).
+/// plain store, where a futex mutex's is a locked instruction. Two of those a
+/// de-duplicated call: ~16 ns of its cost in a server (TCP 16x64 `incr` at 64 KiB,
+/// 2.105 -> 2.178 M calls/s; docs/PERFORMANCE.md, stop 34).
 #[repr(align(64))]
 #[derive(Default)]
 struct Locked(SpinMutex<Shard>);

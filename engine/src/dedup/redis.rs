@@ -21,6 +21,7 @@
 //! embedding host's own thread), synchronously, every step bounded: connecting takes
 //! at most [`CONNECT_TIMEOUT`], each read and write at most [`IO_TIMEOUT`].
 
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -378,7 +379,8 @@ fn marker(fp: &Digest, nonce: u64) -> String {
     let mut m = String::with_capacity(1 + FP_HEX + 16);
     m.push('R');
     m.push_str(&hex(fp));
-    m.push_str(&format!("{nonce:016x}"));
+    // (Writing to a String cannot fail.)
+    let _ = write!(m, "{nonce:016x}");
     m
 }
 

@@ -374,7 +374,7 @@ impl Guard {
         }
         // A JWT presented once (`rpc.auth`, a WebSocket's upgrade) holds until its `exp`
         // (its `iat` was checked when it was presented).
-        if st.jwt_exp.is_some_and(|exp| jwt::now_unix() >= exp) {
+        if st.jwt_expired() {
             st.forget();
             drop(st);
             if let Some(push) = source.push {
@@ -454,7 +454,7 @@ impl Guard {
             return false;
         };
         let mut st = session.state.borrow_mut();
-        if st.jwt_exp.is_some_and(|exp| jwt::now_unix() >= exp) {
+        if st.jwt_expired() {
             st.forget();
             return true;
         }
@@ -537,6 +537,11 @@ impl State {
         self.token.clear();
         self.generation = 0;
         self.jwt_exp = None;
+    }
+
+    /// Whether the identity came from a JWT whose `exp` has passed.
+    fn jwt_expired(&self) -> bool {
+        self.jwt_exp.is_some_and(|exp| jwt::now_unix() >= exp)
     }
 
     fn is_token(&self, token: &[u8]) -> bool {

@@ -1033,9 +1033,6 @@ fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<
                         let headers = Headers::new(conn.rbuf.get(..head).unwrap_or_default());
                         let sent_token = headers.authorization().is_some();
                         if let Err(denied) = guard.authenticate_http(&conn.session, &headers) {
-                            if let Some(m) = ctx.pending.metrics() {
-                                m.event(crate::metrics::Event::AuthFailure);
-                            }
                             conn.read_closed = true;
                             let reply = Reply {
                                 keep_alive: false,
@@ -1136,9 +1133,6 @@ fn upgrade(ctx: &mut Ctx, conn: &mut Conn, key: &[u8; 24], head: &[u8], reply: R
             let _ = guard.authenticate_http(&conn.session, &headers);
         } else {
             if let Err(denied) = guard.authenticate_http(&conn.session, &headers) {
-                if let Some(m) = ctx.pending.metrics() {
-                    m.event(crate::metrics::Event::AuthFailure);
-                }
                 conn.read_closed = true;
                 refuse_unauthenticated(ctx, conn, reply, denied, true);
                 queue_if_behind(conn, mark);
@@ -1231,9 +1225,6 @@ fn answer(
     if let (Some((reply, headers, _)), Some(guard)) = (http, ctx.engine.guard()) {
         // Credentials come with each HTTP request: checked before its body is read.
         if let Err(denied) = guard.authenticate_http(&conn.session, &headers) {
-            if let Some(m) = ctx.pending.metrics() {
-                m.event(crate::metrics::Event::AuthFailure);
-            }
             let sent_token = headers.authorization().is_some();
             refuse_unauthenticated(ctx, conn, reply, denied, sent_token);
             queue_if_behind(conn, mark);
@@ -1369,7 +1360,7 @@ fn open_slot(
 
 /// Answers an HTTP request whose credentials the guard refused: 401 with
 /// `WWW-Authenticate` and a JSON-RPC error body (`-32040`, id `null`: the body was not
-/// read).
+/// read); counted as an authentication failure.
 #[cold]
 fn refuse_unauthenticated(
     ctx: &Ctx,
@@ -1378,6 +1369,9 @@ fn refuse_unauthenticated(
     denied: crate::guard::Denied,
     sent_token: bool,
 ) {
+    if let Some(m) = ctx.pending.metrics() {
+        m.event(crate::metrics::Event::AuthFailure);
+    }
     let mut body = Vec::with_capacity(160);
     denied.write_unbound(&mut body);
     // RFC 6750 §3: a token was sent but is not valid: `error="invalid_token"`.
