@@ -326,6 +326,110 @@ fn a_lost_connection_ends_the_subscription_with_its_error_and_the_next_call_reco
     t.join().unwrap();
 }
 
+/// A subscribe call that times out is not left open on the server: when its late
+/// answer is read (here by the next call), the subscription it opened is unsubscribed,
+/// and the server stops pushing to a client that would drop every notification.
+#[test]
+fn a_subscribe_call_that_times_out_is_unsubscribed_when_its_answer_comes() {
+    let (addr, t) = scripted(|_, mut r| {
+        r.get_ref()
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let sub = read_request(&mut r).unwrap();
+        assert_eq!(sub["method"], "sub");
+        // Past the client's timeout.
+        std::thread::sleep(Duration::from_millis(1300));
+        answer(
+            &mut r,
+            &json!({"jsonrpc":"2.0","id":sub["id"],"result":"0x5"}),
+        );
+        answer(&mut r, &note(json!("0x5"), "result", json!(1)));
+        let later = read_request(&mut r).unwrap();
+        assert_eq!(later["method"], "later");
+        answer(
+            &mut r,
+            &json!({"jsonrpc":"2.0","id":later["id"],"result":"done"}),
+        );
+        let unsub = read_request(&mut r).expect("no unsubscribe came for the late subscription");
+        assert_eq!(unsub["method"], "unsub");
+        assert_eq!(unsub["params"], json!(["0x5"]));
+        answer(
+            &mut r,
+            &json!({"jsonrpc":"2.0","id":unsub["id"],"result":true}),
+        );
+        // Its answer is taken as a late one, not a stranger's: the connection goes on.
+        let last = read_request(&mut r).unwrap();
+        answer(
+            &mut r,
+            &json!({"jsonrpc":"2.0","id":last["id"],"result":"still here"}),
+        );
+        false
+    });
+    let opts = Options::default().timeout(Duration::from_secs(1));
+    let c = Client::connect_with(&format!("tcp://{addr}"), opts).unwrap();
+    match c.subscribe("sub", (), "unsub") {
+        Err(Error::ReadTimeout) => {}
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert_eq!(c.call::<String, _>("later", ()).unwrap(), "done");
+    assert_eq!(c.call::<String, _>("last", ()).unwrap(), "still here");
+    t.join().unwrap();
+}
+
+/// The same against the ringrpc server on every push transport (WebSocket writes the
+/// unsubscribe as a masked message of its own): a subscription method slower to answer
+/// than the client waits ends `Unsubscribed` once its answer is read, while the client
+/// stays connected.
+#[test]
+fn a_late_subscription_is_unsubscribed_on_every_push_transport() {
+    let (tx, ended) = std::sync::mpsc::channel();
+    let mut methods = ringrpc::Registry::builder();
+    methods
+        .subscription(
+            "slow_watch",
+            "seen",
+            "slow_unwatch",
+            move |_ctx: &Context<'_>, _p: Params<'_>, sink: Sink| -> Result<(), RpcError> {
+                // Longer than the client's timeout (it blocks this reactor meanwhile).
+                std::thread::sleep(Duration::from_millis(700));
+                let tx = tx.clone();
+                std::thread::spawn(move || loop {
+                    if let Err(why) = sink.send("x") {
+                        let _ = tx.send(why);
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                });
+                Ok(())
+            },
+        )
+        .unwrap();
+    methods.method("ping", |_: Params<'_>| Ok("pong")).unwrap();
+    let server = Served::start(
+        Engine::new(methods.freeze(), Config::default()),
+        ServerConfig::default(),
+    );
+    for url in push_urls(&server) {
+        let opts = Options::default().timeout(Duration::from_millis(500));
+        let c = Client::connect_with(&url, opts).unwrap();
+        match c.subscribe("slow_watch", (), "slow_unwatch") {
+            Err(Error::ReadTimeout) => {}
+            other => panic!("{url}: expected a timeout, got {other:?}"),
+        }
+        // The answer is in by now; the next call reads it.
+        std::thread::sleep(Duration::from_millis(700));
+        assert_eq!(c.call::<String, _>("ping", ()).unwrap(), "pong", "{url}");
+        assert_eq!(
+            ended.recv_timeout(WAIT),
+            Ok(ringrpc::SinkClosed::Unsubscribed),
+            "{url}: the late subscription was not unsubscribed"
+        );
+        // Its unsubscribe's answer, when read, is nobody's error.
+        assert_eq!(c.call::<String, _>("ping", ()).unwrap(), "pong", "{url}");
+    }
+    server.stop();
+}
+
 #[test]
 fn a_subscription_waiting_with_a_timeout_times_out_and_goes_on() {
     let server = served();

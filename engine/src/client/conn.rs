@@ -30,7 +30,7 @@ use simd_json::{Node, StaticNode};
 use super::address::Address;
 use super::error::{Failure, ServerError};
 use super::subscription::{Notification, SubId};
-use super::{http, json_text, server_error, Error, Numbering, Options, Violation};
+use super::{http, json_text, server_error, write_call, Error, Numbering, Options, Violation};
 use crate::codec::raw::RawCtx;
 use crate::codec::request::MAX_BUDGET_MS;
 use crate::codec::response::{error_object, validate_response, Body};
@@ -216,10 +216,18 @@ struct WriterGuard<'a> {
 
 impl Drop for WriterGuard<'_> {
     fn drop(&mut self) {
-        let mut slot = lock(&self.conn.writer);
-        slot.writer = self.writer.take();
-        if slot.waiting > 0 {
-            self.conn.writer_free.notify_one();
+        {
+            let mut slot = lock(&self.conn.writer);
+            slot.writer = self.writer.take();
+            if slot.waiting > 0 {
+                self.conn.writer_free.notify_one();
+            }
+        }
+        // Queued by a reader that found the writer taken (by this guard's holder, or
+        // another whose check came before the queueing): written now, so that they
+        // do not wait for the next request.
+        if self.conn.unsubs_pending.load(Ordering::Acquire) {
+            self.conn.flush_control();
         }
     }
 }
@@ -250,6 +258,9 @@ struct Slot {
     /// A subscribe call: a successful answer registers its subscription as it is
     /// routed, before any notification read after it.
     subscribe: bool,
+    /// A subscribe call's unsubscribe method: if the call is given up before its
+    /// answer comes, the subscription that answer opens is closed (`Table::orphans`).
+    unsubscribe: Option<String>,
     /// Arc so a waiter can hold it while the table's guard is moved into `wait`.
     cv: Arc<Condvar>,
     /// Where the leader copies a response for this slot, and the scratch its owner
@@ -292,7 +303,17 @@ struct Table {
     next_token: u64,
     /// Notifications queued per subscription at most.
     sub_capacity: usize,
+    /// Subscribe calls given up before their answer (a timeout): the first id and the
+    /// unsubscribe method. The subscription a late answer opens is closed at once, so
+    /// that the server does not push for ever to a client that drops what it pushes.
+    /// At most `MAX_ORPHANS` (the oldest go: a server that never answers them).
+    orphans: VecDeque<(u64, String)>,
+    /// Unsubscribe calls to write for orphaned subscriptions (see `Conn::flush_control`).
+    unsubs: Vec<(SubId, String)>,
 }
+
+/// Subscribe calls given up and still remembered, per connection.
+const MAX_ORPHANS: usize = 64;
 
 /// A subscription's notifications, queued until its owner takes them.
 struct Sub {
@@ -373,6 +394,8 @@ enum Route {
     Mine,
     Delivered,
     Ignored,
+    /// The late answer of a subscribe call given up: its unsubscribe is queued.
+    Orphaned,
 }
 
 /// One connection.
@@ -389,6 +412,9 @@ pub(crate) struct Conn {
     /// Whether a notification was ever sent on it: an error with a `null` id may then be
     /// its answer (a line over the server's size limit), not a waiting call's.
     notified: AtomicBool,
+    /// `Table::unsubs` is not empty: whoever puts the writer back writes them (one
+    /// load per request otherwise).
+    unsubs_pending: AtomicBool,
     /// A handle on the socket to shut it down from any thread.
     control: Stream,
     /// The client's ids: which were sent, and its `Idempotency-Key` prefix.
@@ -496,9 +522,12 @@ impl Conn {
                 subs: Vec::new(),
                 next_token: 0,
                 sub_capacity: opts.subscription_queue,
+                orphans: VecDeque::new(),
+                unsubs: Vec::new(),
             }),
             dead: AtomicBool::new(false),
             notified: AtomicBool::new(false),
+            unsubs_pending: AtomicBool::new(false),
             control,
             ids,
             max_response: opts.max_response_bytes,
@@ -626,23 +655,54 @@ impl Conn {
         Ok(ticket)
     }
 
-    /// Answers the ping waiting in the table now, if the writer is free (else its next
-    /// user sends the pong before its request). A server that pings a silent
+    /// Writes what the reader could not (it never waits for the writer): the pong to a
+    /// ping waiting in the table, and the unsubscribe calls of orphaned subscriptions.
+    /// Only if the writer is free; else its holder writes them when it puts the writer
+    /// back (the pong goes before its next request). A server that pings a silent
     /// subscriber closes it if no pong comes: a client that only reads notifications
     /// must not wait for a request to answer.
-    fn pong_now(&self) {
+    fn flush_control(&self) {
         let Some(mut guard) = self.take_writer(Instant::now()) else {
             return;
         };
         let Some(w) = guard.writer.as_mut() else {
             return;
         };
-        let Some(ping) = lock(&self.table).pong.take() else {
-            return;
+        let (ping, unsubs) = {
+            let mut t = lock(&self.table);
+            if t.failed.is_some() {
+                return;
+            }
+            self.unsubs_pending.store(false, Ordering::Release);
+            (t.pong.take(), std::mem::take(&mut t.unsubs))
         };
+        if ping.is_none() && unsubs.is_empty() {
+            return;
+        }
         w.out.clear();
-        let mask = next_mask(&mut w.mask);
-        websocket::write_masked(&mut w.out, ClientFrame::Pong, &ping, mask);
+        if let Some(ping) = ping {
+            let mask = next_mask(&mut w.mask);
+            websocket::write_masked(&mut w.out, ClientFrame::Pong, &ping, mask);
+        }
+        for (sub, method) in &unsubs {
+            // Its answer is ignored when it comes: the id is issued, and no slot waits.
+            let id = self.ids.take(1);
+            w.body.clear();
+            if write_call(&mut w.body, Some(Id::UInt(id)), method, &[sub], None).is_err() {
+                continue;
+            }
+            match self.framing {
+                Framing::Ws => {
+                    let mask = next_mask(&mut w.mask);
+                    websocket::write_masked(&mut w.out, ClientFrame::Text, &w.body, mask);
+                }
+                // Subscriptions are refused over HTTP: never queued there.
+                Framing::Line | Framing::Http { .. } => {
+                    w.out.extend_from_slice(&w.body);
+                    w.out.push(b'\n');
+                }
+            }
+        }
         let deadline = Instant::now() + PONG_WRITE;
         let Writer {
             stream,
@@ -701,6 +761,7 @@ impl Conn {
                     state: State::Free,
                     parked: false,
                     subscribe: false,
+                    unsubscribe: None,
                     cv: Arc::new(Condvar::new()),
                     parse: Some(Box::new(Delivery {
                         frame: Vec::new(),
@@ -713,7 +774,19 @@ impl Conn {
         t.slots[i].ids = ids;
         t.slots[i].state = State::Waiting;
         t.slots[i].subscribe = subscribe;
+        t.slots[i].unsubscribe = None;
         i
+    }
+
+    /// Names the method that closes the subscription `ticket`'s subscribe call opens,
+    /// should the call be given up before its answer comes (see `Table::orphans`).
+    pub(crate) fn unsubscribe_if_given_up(&self, ticket: Ticket, method: &str) {
+        let mut t = lock(&self.table);
+        if let Some(s) = t.slots.get_mut(ticket.slot) {
+            if s.ids.start == ticket.id && s.state == State::Waiting {
+                s.unsubscribe = Some(method.to_owned());
+            }
+        }
     }
 
     /// Frees a slot whose owner is done with it (or gave up), passing the reading on if
@@ -994,7 +1067,7 @@ impl Conn {
                     }
                     Some(WsEvent::Ping(payload)) => {
                         lock(&self.table).pong = Some(payload);
-                        self.pong_now();
+                        self.flush_control();
                         continue;
                     }
                     Some(WsEvent::TooLarge) => Err(Failure::Protocol(Violation::TooLarge)),
@@ -1068,6 +1141,13 @@ impl Conn {
                     on_reply(raw);
                     Ok(true)
                 }
+                Route::Orphaned => {
+                    // Set before the writer is tried: if it is taken, its holder sees
+                    // the flag when it puts it back.
+                    self.unsubs_pending.store(true, Ordering::Release);
+                    self.flush_control();
+                    Ok(false)
+                }
                 Route::Delivered | Route::Ignored => Ok(false),
             }
         })
@@ -1124,7 +1204,7 @@ impl Conn {
                 match found {
                     Some(i) => i,
                     // Sent, but its caller gave up (timeout) or it was answered already.
-                    None if self.ids.issued(id) => return Ok(Route::Ignored),
+                    None if self.ids.issued(id) => return Ok(orphan_answered(&mut t, id, root)),
                     None => return Err(Failure::Protocol(Violation::UnknownId)),
                 }
             }
@@ -1238,15 +1318,48 @@ impl Drop for HandBack<'_> {
     }
 }
 
-/// Frees `ticket`'s slot if it still belongs to it.
+/// Frees `ticket`'s slot if it still belongs to it. A subscribe call given up before
+/// its answer (still `Waiting`) is remembered as an orphan.
 fn free(t: &mut Table, ticket: Ticket) {
     let Some(s) = t.slots.get_mut(ticket.slot) else {
         return;
     };
     if s.ids.start == ticket.id {
+        let unanswered = s.state == State::Waiting;
         s.ids = 0..0;
         s.state = State::Free;
+        if let (true, Some(method)) = (unanswered, s.unsubscribe.take()) {
+            if t.failed.is_none() {
+                if t.orphans.len() == MAX_ORPHANS {
+                    t.orphans.pop_front();
+                }
+                t.orphans.push_back((ticket.id, method));
+            }
+        }
     }
+}
+
+/// A late answer to issued id `id`: if it is an orphaned subscribe call's and opened a
+/// subscription, that subscription's unsubscribe is queued.
+fn orphan_answered(t: &mut Table, id: u64, root: &[Node<'_>]) -> Route {
+    let Some(i) = t.orphans.iter().position(|(o, _)| *o == id) else {
+        return Route::Ignored;
+    };
+    let Some((_, method)) = t.orphans.remove(i) else {
+        return Route::Ignored;
+    };
+    let sub = match validate_response(root) {
+        Ok(r) => match r.body {
+            Body::Result(value) => SubId::of(value.first()),
+            Body::Error { .. } => None,
+        },
+        Err(_) => None,
+    };
+    let Some(sub) = sub else {
+        return Route::Ignored;
+    };
+    t.unsubs.push((sub, method));
+    Route::Orphaned
 }
 
 /// Wakes one call blocked in `wait` so that it becomes the leader. A call registered

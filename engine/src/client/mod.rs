@@ -706,7 +706,9 @@ impl Client {
     /// ringrpc, geth and jsonrpsee). `unsubscribe` is the method that ends it, called
     /// with `[ID]` when the subscription is dropped or
     /// [`Subscription::unsubscribe`]d. Needs a connection the server can push on:
-    /// `tcp://`, `unix://` or `ws://`. Not retried.
+    /// `tcp://`, `unix://` or `ws://`. Not retried. If the call times out, the
+    /// subscription its late answer opens is unsubscribed as soon as that answer is
+    /// read (by any later call or subscription on the connection).
     ///
     /// ```
     /// use ringrpc::client::Client;
@@ -755,6 +757,9 @@ impl Client {
         let Some(ticket) = ticket else {
             return Err(Error::Protocol(Violation::MissingResponse));
         };
+        // Given up before the answer comes (a timeout), the subscription it opens is
+        // closed when that answer is read: the server does not push for nothing.
+        conn.unsubscribe_if_given_up(ticket, unsubscribe);
         let mut f = Some(|r: Reply<'_>| {
             subscription::SubId::of(r.nodes.first()).ok_or_else(|| {
                 Error::Decode("the subscription id is neither a string nor a number".into())
