@@ -376,6 +376,94 @@ fn a_subscribe_call_that_times_out_is_unsubscribed_when_its_answer_comes() {
     t.join().unwrap();
 }
 
+/// A late subscribe answer naming a subscription already open on the connection
+/// (another caller's: the server gave the id twice) closes nothing: it is not this
+/// call's to close.
+#[test]
+fn a_late_answer_naming_an_open_subscription_does_not_close_it() {
+    let (addr, t) = scripted(|_, mut r| {
+        r.get_ref()
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let first = read_request(&mut r).unwrap();
+        answer(
+            &mut r,
+            &json!({"jsonrpc":"2.0","id":first["id"],"result":"0x5"}),
+        );
+        let second = read_request(&mut r).unwrap();
+        std::thread::sleep(Duration::from_millis(1300));
+        answer(
+            &mut r,
+            &json!({"jsonrpc":"2.0","id":second["id"],"result":"0x5"}),
+        );
+        let later = read_request(&mut r).unwrap();
+        answer(
+            &mut r,
+            &json!({"jsonrpc":"2.0","id":later["id"],"result":"done"}),
+        );
+        let next = read_request(&mut r).unwrap();
+        assert_eq!(
+            next["method"], "last",
+            "the open subscription was closed: {next}"
+        );
+        answer(
+            &mut r,
+            &json!({"jsonrpc":"2.0","id":next["id"],"result":"ok"}),
+        );
+        answer(&mut r, &note(json!("0x5"), "result", json!(42)));
+        false
+    });
+    let opts = Options::default().timeout(Duration::from_secs(1));
+    let c = Client::connect_with(&format!("tcp://{addr}"), opts).unwrap();
+    let mut open = c.subscribe("sub", (), "unsub").unwrap();
+    match c.subscribe("sub", (), "unsub") {
+        Err(Error::ReadTimeout) => {}
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert_eq!(c.call::<String, _>("later", ()).unwrap(), "done");
+    assert_eq!(c.call::<String, _>("last", ()).unwrap(), "ok");
+    assert_eq!(next(&mut open).parse::<i64>().unwrap(), 42);
+    drop(open);
+    t.join().unwrap();
+}
+
+/// A late subscribe answer routed while another caller holds the writer (blocked
+/// writing to a server that no longer reads), whose write then times out and fails the
+/// connection: the unsubscribe queued for it is dropped with the connection. (It once
+/// had every writer guard's drop try to write it again, for ever: a stack overflow.)
+#[test]
+fn an_orphans_unsubscribe_queued_on_a_connection_that_then_fails_is_dropped() {
+    let (addr, t) = scripted(|_, mut r| {
+        let sub = read_request(&mut r).unwrap();
+        assert_eq!(sub["method"], "sub");
+        let b = read_request(&mut r).unwrap();
+        assert_eq!(b["method"], "b");
+        // While the client's other caller is blocked writing a call too large for the
+        // socket's buffers, which is never read.
+        std::thread::sleep(Duration::from_millis(1000));
+        answer(
+            &mut r,
+            &json!({"jsonrpc":"2.0","id":sub["id"],"result":"0x5"}),
+        );
+        std::thread::sleep(Duration::from_millis(2000));
+        false
+    });
+    let opts = Options::default().timeout(Duration::from_secs(2));
+    let c = Client::connect_with(&format!("tcp://{addr}"), opts).unwrap();
+    match c.subscribe("sub", (), "unsub") {
+        Err(Error::ReadTimeout) => {}
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    std::thread::scope(|s| {
+        let b = s.spawn(|| c.call::<String, _>("b", ()));
+        std::thread::sleep(Duration::from_millis(100));
+        let big = c.call::<String, _>("big", ("x".repeat(16 << 20),));
+        assert!(big.is_err(), "{big:?}");
+        assert!(b.join().unwrap().is_err());
+    });
+    t.join().unwrap();
+}
+
 /// The same against the ringrpc server on every push transport (WebSocket writes the
 /// unsubscribe as a masked message of its own): a subscription method slower to answer
 /// than the client waits ends `Unsubscribed` once its answer is read, while the client

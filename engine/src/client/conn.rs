@@ -225,8 +225,9 @@ impl Drop for WriterGuard<'_> {
         }
         // Queued by a reader that found the writer taken (by this guard's holder, or
         // another whose check came before the queueing): written now, so that they
-        // do not wait for the next request.
-        if self.conn.unsubs_pending.load(Ordering::Acquire) {
+        // do not wait for the next request. (`flush_control` clears the flag before
+        // anything else, so the guard it takes does not come back here.)
+        if self.conn.unsubs_pending.load(Ordering::Acquire) && !self.conn.is_dead() {
             self.conn.flush_control();
         }
     }
@@ -670,10 +671,12 @@ impl Conn {
         };
         let (ping, unsubs) = {
             let mut t = lock(&self.table);
+            // Cleared first: a failed connection writes nothing more, and keeping the
+            // flag would have every guard's drop come back here.
+            self.unsubs_pending.store(false, Ordering::Release);
             if t.failed.is_some() {
                 return;
             }
-            self.unsubs_pending.store(false, Ordering::Release);
             (t.pong.take(), std::mem::take(&mut t.unsubs))
         };
         if ping.is_none() && unsubs.is_empty() {
@@ -1355,7 +1358,9 @@ fn orphan_answered(t: &mut Table, id: u64, root: &[Node<'_>]) -> Route {
         },
         Err(_) => None,
     };
-    let Some(sub) = sub else {
+    // An id already open here is another caller's subscription (the server answered a
+    // taken id): not closed on this one's behalf.
+    let Some(sub) = sub.filter(|id| !t.subs.iter().any(|s| s.id == *id)) else {
         return Route::Ignored;
     };
     t.unsubs.push((sub, method));
