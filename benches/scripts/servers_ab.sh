@@ -10,7 +10,8 @@
 #
 # Environment (defaults in brackets): LOADGEN [target/release/loadgen], MIX [incr],
 # CONNECTIONS [16], DEPTH [64], DURATION [3] s per server and round, WARMUP [1] s,
-# ROUNDS [4]. Later servers in the list tend to come out a few percent faster on this
+# ROUNDS [4], LOADGEN_FLAGS [] more loadgen flags (`--busy-poll`: see
+# docs/PERFORMANCE.md, stop 36). Later servers in the list tend to come out a few percent faster on this
 # VM: list the builds interleaved (a b a b), and run both orders.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,6 +33,8 @@ for spec in "$@"; do
   pids+=($!)
   urls+=("$name=tcp://$(listening "$tmp/$name.out" tcp)")
 done
+# shellcheck disable=SC2086 # LOADGEN_FLAGS: several flags
 "${lg[@]}" "$loadgen" --compare "${urls[@]}" --rounds "${ROUNDS:-4}" --duration "${DURATION:-3}" \
   --warmup "${WARMUP:-1}" --connections "${CONNECTIONS:-16}" --depth "${DEPTH:-64}" --mix "${MIX:-incr}" \
-  --hello '{"jsonrpc":"2.0","method":"rpc.auth","params":{"token":"b3nch-t0ken-1"},"id":0}'
+  --hello '{"jsonrpc":"2.0","method":"rpc.auth","params":{"token":"b3nch-t0ken-1"},"id":0}' \
+  ${LOADGEN_FLAGS:-}

@@ -917,7 +917,7 @@ pub(crate) fn worker(
     let mut last_p99 = start;
     loop {
         let mut timeout = Duration::from_millis(20);
-        if conns.iter().any(|c| c.eager) {
+        if plan.busy_poll || conns.iter().any(|c| c.eager) {
             timeout = Duration::ZERO;
         }
         if let Some(timer) = &timer {

@@ -118,6 +118,15 @@ pub(crate) struct Args {
     /// Do not check the responses (for a server with a fixed answer): only frame them.
     #[arg(long)]
     pub(crate) no_verify: bool,
+    /// Poll without ever sleeping (closed loop only): the generator's CPU never idles,
+    /// so the server's writes never pay to wake it. Waking a sleeping CPU is an
+    /// interrupt sent from the writer's kernel path (on a VM, an exit to the
+    /// hypervisor), and the slower a server, the more often the generator has gone to
+    /// sleep by its next answer: without this, servers of different speeds are charged
+    /// differently for the same writes (docs/PERFORMANCE.md, "Stop 36"). Takes the
+    /// generator's CPU whole.
+    #[arg(long, conflicts_with = "rate")]
+    pub(crate) busy_poll: bool,
     /// The `ms` of `sleep` and `delay` calls.
     #[arg(long, default_value_t = 1)]
     pub(crate) sleep_ms: u64,

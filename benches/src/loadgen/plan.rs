@@ -186,6 +186,8 @@ pub(crate) struct Plan {
     pub(crate) max_message: usize,
     /// Open loop: messages per second, all connections together.
     pub(crate) rate: Option<f64>,
+    /// `--busy-poll`: the poll never sleeps.
+    pub(crate) busy_poll: bool,
     /// The `--header` lines, each `NAME: VALUE\r\n` (HTTP heads, WebSocket handshake).
     pub(crate) header_lines: String,
     /// The `--hello` request, framed, sent on each connection before the load.
@@ -405,6 +407,7 @@ pub(crate) fn build_plan(args: &Args, target: &Target, msgs: &Messages) -> Resul
         per: msgs.per,
         depth: args.depth,
         verify: !args.no_verify,
+        busy_poll: args.busy_poll,
         echo_value: serde_json::from_str(ECHO_PARAMS).map_err(|e| e.to_string())?,
         expected: msgs.expected.clone(),
         labels: msgs.labels.clone(),
