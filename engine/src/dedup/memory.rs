@@ -32,6 +32,7 @@ use foldhash::fast::RandomState;
 use simd_json::{Node, StaticNode};
 use spin::mutex::{SpinMutex, SpinMutexGuard};
 
+use super::table::{self, Shares, Table};
 use super::{write_replay, Claim, Digest, Identity, Store};
 use crate::codec::Id;
 use crate::hash::fold;
@@ -276,8 +277,9 @@ fn prefetch_addr(p: *const u8) {
 #[derive(Default)]
 struct Index {
     /// Empty, or a power of two long, at most three quarters full (live and stale
-    /// entries together: see [`Shard`]).
-    table: Vec<u64>,
+    /// entries together: see [`Shard`]). At its largest, in a large store, in huge
+    /// pages (see [`table`]).
+    table: Table,
     /// Places not empty: live entries and stale ones.
     len: usize,
 }
@@ -476,6 +478,10 @@ struct Hint {
 /// Answers in memory.
 pub(crate) struct MemoryStore {
     shards: Box<[Locked]>,
+    /// Where each shard's index goes when it reaches its largest size, in a large store
+    /// (see [`table`]); taken then, under the shard's lock. Declared after `shards`, so
+    /// dropped after their tables.
+    shares: Shares,
     /// Each shard's index's place ([`Hint`]), together on a few lines every call reads.
     hints: Box<[Hint; SHARDS]>,
     /// Each shard's share of the byte bound, less one slot (see [`MemoryStore::new`]).
@@ -503,11 +509,14 @@ impl MemoryStore {
         // entry's index share is at most 32 bytes, so the tables stay within the
         // shard's share.
         let max_bytes = (max_bytes / SHARDS).max(ENTRY_OVERHEAD * 4) - std::mem::size_of::<Slot>();
+        let slots = max_bytes / ENTRY_OVERHEAD + 1;
+        // A shard holds at most one entry fewer than its ring's slots.
         Self {
             shards: (0..SHARDS).map(|_| Locked::default()).collect(),
+            shares: Shares::new(SHARDS, table::largest(slots - 1)),
             hints: Box::default(),
             max_bytes,
-            slots: max_bytes / ENTRY_OVERHEAD + 1,
+            slots,
             ttl_ns: u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX),
             epoch: coarse_now_ns(),
             seeds: Seeds::process(),
@@ -681,18 +690,18 @@ impl Shard {
     /// no stale number comes round to a live one (see [`Shard::stale`]). Returns
     /// whether it rebuilt the index (which may have moved: see [`Hint`]).
     #[inline]
-    fn reserve(&mut self) -> bool {
+    fn reserve(&mut self, share: impl FnOnce(usize) -> Option<Table>) -> bool {
         let rebuild = (self.index.len + 1) * 4 > self.index.table.len() * 3
             || self.head.wrapping_sub(self.rebuilt_at) > 1 << 31;
         if rebuild {
-            self.rebuild();
+            self.rebuild(share);
         }
         rebuild
     }
 
     #[cold]
     #[inline(never)]
-    fn rebuild(&mut self) {
+    fn rebuild(&mut self, share: impl FnOnce(usize) -> Option<Table>) {
         #[cfg(test)]
         {
             self.rebuilds += 1;
@@ -717,9 +726,11 @@ impl Shard {
         }
         if (self.index.len + 1) * 2 > size {
             // Grown (only while the store grows): a new table, the entries put in.
-            let old = std::mem::replace(&mut self.index.table, vec![0; (size * 2).max(16)]);
+            let n = (size * 2).max(16);
+            let new = share(n).unwrap_or_else(|| Table::zeroed(n));
+            let old = std::mem::replace(&mut self.index.table, new);
             self.index.len = 0;
-            for &e in &old {
+            for &e in old.iter() {
                 if e != 0 && !self.stale(e) {
                     self.index.put(e);
                 }
@@ -1239,7 +1250,7 @@ impl Store for MemoryStore {
         let mut guard = self.shard(k);
         let shard = &mut *guard;
         shard.trim(now, self.ttl_ns, self.max_bytes);
-        if shard.reserve() {
+        if shard.reserve(|n| self.shares.take(Self::shard_of(k), n)) {
             if let Some(h) = self.hints.get(Self::shard_of(k)) {
                 h.table
                     .store(shard.index.table.as_mut_ptr(), Ordering::Relaxed);
@@ -1648,7 +1659,7 @@ mod tests {
                 assert_eq!(shard.bytes, shard.live() * ENTRY_OVERHEAD);
                 assert_eq!(shard.slots.buf.len(), s.slots);
                 // The largest index this many entries have (as after a rebuild).
-                shard.rebuild();
+                shard.rebuild(|_| None);
                 let memory = shard.slots.buf.len() * std::mem::size_of::<Slot>()
                     + shard.index.table.len() * std::mem::size_of::<u64>();
                 assert!(memory <= max / SHARDS, "{memory} bytes of tables");
@@ -1773,7 +1784,7 @@ mod tests {
                     }
                 }
                 None => {
-                    shard.reserve();
+                    shard.reserve(|_| None);
                     let seq = shard.next_seq();
                     assert_eq!(shard.find(k), None, "step {step}");
                     shard.index.put(entry(tag(k), seq));
@@ -1794,7 +1805,7 @@ mod tests {
             shard.trim(0, 0, usize::MAX);
             // Rebuilt now and then (in place, the runs wrapping round the end).
             if step % 7 == 0 {
-                shard.rebuild();
+                shard.rebuild(|_| None);
             }
             for (j, want) in alive.iter().enumerate() {
                 assert_eq!(
@@ -1838,7 +1849,7 @@ mod tests {
                         shard.rebuilds = 0;
                     }
                     let k = key(i);
-                    shard.reserve();
+                    shard.reserve(|_| None);
                     let seq = shard.next_seq();
                     let (at, end) = shard.probe(k).expect_err("a new key");
                     let stale = shard.index.take(at, entry(tag(k), seq));
@@ -2336,6 +2347,43 @@ mod tests {
         assert_ne!(key(Id::Int(4)), key(Id::Float(4.0)));
         assert_ne!(key(Id::Int(-4)), key(Id::UInt(4)));
         assert_ne!(key(Id::UInt(u64::MAX)), key(Id::Int(-1)));
+    }
+
+    /// A large store's shards' indexes, at their largest, are in its mapping (advised for
+    /// huge pages) and work there as on the heap; a small store makes no mapping.
+    #[test]
+    #[cfg_attr(miri, ignore)] // no mmap under Miri: the tables stay on the heap
+    fn a_full_large_stores_indexes_are_in_its_mapping() {
+        let small = store(1 << 20, 600_000);
+        assert!(!small.shares.mapped());
+        let s = store(16 << 20, 600_000);
+        assert!(s.shares.mapped());
+        let fp = s.digest(&[b"f"]);
+        let mut out = Vec::new();
+        let n = 250_000u32;
+        for i in 0..n {
+            let k = s.digest(&[&i.to_le_bytes()]);
+            let slot = run(s.claim(&k, &fp, Id::Null, &mut out));
+            s.finish(&k, &fp, slot, br#""result":1}"#, None);
+        }
+        for (i, (sh, hint)) in s.shards.iter().zip(s.hints.iter()).enumerate() {
+            let sh = sh.lock();
+            check_shard(&sh, hint, "mapped");
+            assert!(sh.index.table.mapped(), "shard {i}");
+            assert_eq!(
+                sh.index.table.len(),
+                table::largest(s.slots - 1),
+                "shard {i}"
+            );
+        }
+        assert!(s.shares.all_taken());
+        for i in n - 5_000..n {
+            out.clear();
+            let k = s.digest(&[&i.to_le_bytes()]);
+            let c = s.claim(&k, &fp, Id::UInt(u64::from(i)), &mut out);
+            assert!(matches!(c, Claim::Replayed(None)), "key {i}: {c:?}");
+        }
+        drop(s);
     }
 
     /// A full store under counted ids, as a client's connections send them (blocks of

@@ -57,6 +57,7 @@
 //! [`RegistryBuilder::dedup`]: crate::RegistryBuilder::dedup
 
 pub(crate) mod memory;
+mod table;
 pub(crate) use memory::method_state;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
