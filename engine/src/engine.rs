@@ -1054,10 +1054,20 @@ impl Engine {
     /// was not de-duplicated by its identity and id, or whose engine has no memory
     /// store large enough to miss the caches ([`Dedup::fetch_ahead`]). `len` is the
     /// length of the frame before it, the likely length of `next`'s.
+    ///
+    /// A client counting its calls (its last two ids one apart) most likely sends the
+    /// current id plus one next, whose key shares the current one's group, so its index
+    /// line, just read by the current claim (see `dedup::memory::grouped`): nothing is
+    /// peeked at or fetched then, three calls in four (docs/PERFORMANCE.md, stop 36).
     #[inline(always)]
     pub(crate) fn prefetch_frame(&self, next: &[u8], len: usize, session: &crate::guard::Session) {
-        if session.take_keyed() {
-            self.prefetch_keyed(next, len, session);
+        match session.take_keyed() {
+            None => {}
+            Some(Some(id))
+                if id
+                    .checked_add(1)
+                    .is_some_and(|n| crate::dedup::same_group(id, n)) => {}
+            Some(_) => self.prefetch_keyed(next, len, session),
         }
     }
 
@@ -1093,7 +1103,7 @@ impl Engine {
             Some(s) => {
                 let key = s.with_identity(|who| d.key(who, idem, id, element));
                 if d.fetch_ahead && idem.is_none() && key.is_some() {
-                    s.set_keyed();
+                    s.set_keyed(id);
                 }
                 key
             }

@@ -1147,6 +1147,12 @@ impl Mix {
 /// low bits in the key's low bits (see [`grouped`]).
 const GROUP_BITS: u32 = 2;
 
+/// Whether non-negative integer ids `a` and `b` are keyed in one group (see [`grouped`]).
+#[inline(always)]
+pub(crate) fn same_group(a: u64, b: u64) -> bool {
+    a >> GROUP_BITS == b >> GROUP_BITS
+}
+
 /// The key of a non-negative integer id `u` from `h`, the identity's hash state: the
 /// group's hash (`u` without its low [`GROUP_BITS`] bits) with those bits in place of
 /// its own low ones. Clients number their calls in order (a counter, as the ringrpc

@@ -58,7 +58,7 @@
 
 pub(crate) mod memory;
 mod table;
-pub(crate) use memory::method_state;
+pub(crate) use memory::{method_state, same_group};
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 

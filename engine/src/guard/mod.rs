@@ -562,6 +562,10 @@ pub struct Session {
     /// (`Engine::prefetch_frame`), so that connections calling other methods pay
     /// nothing for it.
     keyed: std::cell::Cell<bool>,
+    /// The last such call's id, when a non-negative integer.
+    last_id: std::cell::Cell<Option<u64>>,
+    /// Whether that id was one more than the id before it: the client counts its calls.
+    counting: std::cell::Cell<bool>,
 }
 
 impl fmt::Debug for Session {
@@ -584,16 +588,29 @@ impl Session {
         st.principal.as_ref().map(|p| Arc::clone(&p.name))
     }
 
-    /// Notes that a call was just keyed by this session's identity and its id.
+    /// Notes that a call was just keyed by this session's identity and `id`.
     #[inline]
-    pub(crate) fn set_keyed(&self) {
+    pub(crate) fn set_keyed(&self, id: crate::codec::Id<'_>) {
+        use crate::codec::Id;
+        let counted = match id {
+            Id::UInt(u) => Some(u),
+            Id::Int(i) => u64::try_from(i).ok(),
+            _ => None,
+        };
+        let next = self.last_id.get().and_then(|p| p.checked_add(1));
+        self.counting.set(counted.is_some() && counted == next);
+        self.last_id.set(counted);
         self.keyed.set(true);
     }
 
-    /// Whether a call was keyed since the last look, forgetting it.
+    /// Whether a call was keyed since the last look, forgetting it; and, if so, the
+    /// id of a client counting its calls (see `set_keyed`).
     #[inline]
-    pub(crate) fn take_keyed(&self) -> bool {
-        self.keyed.replace(false)
+    pub(crate) fn take_keyed(&self) -> Option<Option<u64>> {
+        if !self.keyed.replace(false) {
+            return None;
+        }
+        Some(self.last_id.get().filter(|_| self.counting.get()))
     }
 
     /// Runs `f` with the identity, borrowed (no reference count touched).
@@ -706,6 +723,29 @@ impl Denied {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_tells_a_counting_client_from_others() {
+        use crate::codec::Id;
+        let s = Session::new();
+        assert_eq!(s.take_keyed(), None, "nothing keyed yet");
+        s.set_keyed(Id::UInt(7));
+        assert_eq!(s.take_keyed(), Some(None), "one id: not yet counting");
+        assert_eq!(s.take_keyed(), None, "taken");
+        s.set_keyed(Id::Int(8));
+        assert_eq!(s.take_keyed(), Some(Some(8)), "7 then 8");
+        s.set_keyed(Id::UInt(10));
+        assert_eq!(s.take_keyed(), Some(None), "a gap");
+        s.set_keyed(Id::UInt(11));
+        s.set_keyed(Id::Str("12"));
+        assert_eq!(s.take_keyed(), Some(None), "a string id ends it");
+        s.set_keyed(Id::Int(-1));
+        s.set_keyed(Id::UInt(0));
+        assert_eq!(s.take_keyed(), Some(None), "-1 then 0: not counted ids");
+        s.set_keyed(Id::UInt(u64::MAX));
+        s.set_keyed(Id::UInt(0));
+        assert_eq!(s.take_keyed(), Some(None), "no wrap-around");
+    }
 
     #[test]
     fn bearer_tokens() {
