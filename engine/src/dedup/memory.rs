@@ -987,18 +987,14 @@ fn coarse_now_ns() -> u64 {
 
 /// The bits of a key or fingerprint the memory store uses: the 64 its digests fill.
 fn key_bits(d: &Digest) -> u64 {
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&d[..8]);
-    u64::from_le_bytes(b)
+    *d as u64
 }
 
 /// The digest whose [`key_bits`] are `k` (the rest zero): how the memory store's
 /// hashes become digests.
 #[inline(always)]
 fn digest_of(k: u64) -> Digest {
-    let mut d = [0u8; 16];
-    d[..8].copy_from_slice(&k.to_le_bytes());
-    d
+    Digest::from(k)
 }
 
 /// The store's seeded hash: a word at a time through one folded multiply by a secret odd

@@ -258,7 +258,7 @@ impl Store for RedisStore {
         let full = h.finalize();
         let mut d = [0u8; 16];
         d.copy_from_slice(&full[..16]);
-        d
+        Digest::from_le_bytes(d)
     }
 
     fn claim(&self, key: &Digest, fp: &Digest, id: Id<'_>, out: &mut Vec<u8>) -> Claim {
@@ -387,7 +387,7 @@ fn marker(fp: &Digest, nonce: u64) -> String {
 fn hex(d: &Digest) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(32);
-    for b in d {
+    for b in d.to_le_bytes() {
         s.push(char::from(HEX[usize::from(b >> 4)]));
         s.push(char::from(HEX[usize::from(b & 15)]));
     }
@@ -439,7 +439,7 @@ mod tests {
 
     #[test]
     fn values_round_trip() {
-        let fp = [0xabu8; 16];
+        let fp = Digest::from_le_bytes([0xab; 16]);
         let h = hex(&fp);
         assert_eq!(
             parse(marker(&fp, 0x0123_4567_89ab_cdef).as_bytes()),
@@ -481,7 +481,7 @@ mod tests {
         d[0] = 0x0f;
         d[15] = 0xf0;
         assert_eq!(
-            redis_key(&d),
+            redis_key(&Digest::from_le_bytes(d)),
             "ringrpc:dedup:0f0000000000000000000000000000f0"
         );
     }
@@ -502,7 +502,10 @@ mod tests {
     fn an_unreachable_redis_is_unavailable_or_bypassed_quickly() {
         // Port 1 on loopback refuses at once.
         let mut out = Vec::new();
-        let (k, fp) = ([1u8; 16], [2u8; 16]);
+        let (k, fp) = (
+            Digest::from_le_bytes([1; 16]),
+            Digest::from_le_bytes([2; 16]),
+        );
         assert_eq!(
             store().claim(&k, &fp, Id::Int(1), &mut out),
             Claim::Unavailable
