@@ -1055,18 +1055,21 @@ impl Engine {
     /// store large enough to miss the caches ([`Dedup::fetch_ahead`]). `len` is the
     /// length of the frame before it, the likely length of `next`'s.
     ///
-    /// A client counting its calls (its last two ids one apart) most likely sends the
-    /// current id plus one next, whose key shares the current one's group, so its index
-    /// line, just read by the current claim (see `dedup::memory::grouped`): nothing is
-    /// peeked at or fetched then, three calls in four (docs/PERFORMANCE.md, stop 36).
+    /// A client counting its calls (its last two keyed ids one apart) most likely sends
+    /// ids that go on counting. The session's last keyed id `x` is the call before the
+    /// current one (`x + 1`), and `next` is `x + 2`'s: when `x + 2` is in `x + 1`'s group
+    /// of four, its index line is the one the current claim reads first (see
+    /// `dedup::memory::grouped`), and nothing is peeked at or fetched, three calls in
+    /// four; a group's first call is still fetched a whole call ahead
+    /// (docs/PERFORMANCE.md, stop 36). A wrong guess costs a call its hint, and the
+    /// session then peeks again.
     #[inline(always)]
     pub(crate) fn prefetch_frame(&self, next: &[u8], len: usize, session: &crate::guard::Session) {
         match session.take_keyed() {
             None => {}
-            Some(Some(id))
-                if id
-                    .checked_add(1)
-                    .is_some_and(|n| crate::dedup::same_group(id, n)) => {}
+            Some(Some(x))
+                if x.checked_add(2)
+                    .is_some_and(|n| crate::dedup::same_group(x + 1, n)) => {}
             Some(_) => self.prefetch_keyed(next, len, session),
         }
     }
