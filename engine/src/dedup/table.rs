@@ -16,7 +16,8 @@
 //! the byte bound ([`largest`]). Each shard is given, up front, its share of one
 //! mapping of all of them (untouched, so holding no memory until used); its table
 //! moves there when it reaches that size ([`Shares::take`]). The mapping is advised
-//! for huge pages only once every share is in use: a share of a store under 128 MiB is
+//! for huge pages only once every share is in use (and out of them before, even where
+//! THP is `always`): a share of a store under 128 MiB is
 //! less than a huge page, and one shard's first write into a huge page would make its
 //! neighbours' shares resident while they still hold their tables on the heap, memory
 //! the byte bound does not count. Until then, and if some shard never fills, the
@@ -122,6 +123,13 @@ fn map(n: usize, len: usize) -> Option<(Mapping, Vec<Share>)> {
         start: NonNull::new(start)?,
         bytes,
     };
+    // Not in huge pages before every part is in use, even where THP is `always` (which
+    // would give a part's first write its whole huge page, neighbours' parts included):
+    // `Shares::take` advises them then.
+    // SAFETY: the range is within the mapping; advice changes no contents.
+    unsafe {
+        libc::madvise(start.cast(), bytes, libc::MADV_NOHUGEPAGE);
+    }
     let start = start.cast::<u64>();
     let parts = (0..n)
         .filter_map(|i| {
@@ -269,16 +277,22 @@ impl Drop for Table {
     fn drop(&mut self) {
         if self.mapped {
             // Outgrown (a shard full of running calls): its pages are given back, since
-            // nothing uses them again and the bound no longer counts them. (When the
+            // nothing uses them again and the bound no longer counts them. A part
+            // smaller than a huge page is first taken out of huge pages, or
+            // `khugepaged` would fill it again with its neighbours' page. (When the
             // store goes, before its mapping is unmapped, this is a few syscalls.)
+            let (p, bytes) = (
+                self.ptr.as_ptr().cast(),
+                self.len * std::mem::size_of::<u64>(),
+            );
             // SAFETY: this table's own part of a live mapping (see `Shares`), not read
-            // or written again; `MADV_DONTNEED` only drops its pages.
+            // or written again; the advice only changes how its pages are held, and
+            // `MADV_DONTNEED` drops them.
             unsafe {
-                libc::madvise(
-                    self.ptr.as_ptr().cast(),
-                    self.len * std::mem::size_of::<u64>(),
-                    libc::MADV_DONTNEED,
-                );
+                if bytes % HUGE_PAGE != 0 {
+                    libc::madvise(p, bytes, libc::MADV_NOHUGEPAGE);
+                }
+                libc::madvise(p, bytes, libc::MADV_DONTNEED);
             }
         } else if self.len > 0 {
             // SAFETY: `ptr` and `len` are the boxed slice `zeroed` gave up, taken back
