@@ -55,6 +55,15 @@ pub enum Format {
 /// Lines queued before new ones are dropped, by default.
 pub const DEFAULT_CAPACITY: usize = 8192;
 
+/// The most bytes of a peer-given string (a method name, a string id) a line holds; a
+/// longer one is cut (at a character's boundary) and ends with `…`. A peer calling an
+/// unknown method a megabyte long must not have 8192 lines of a megabyte queued.
+const MAX_FIELD: usize = 256;
+
+/// Buffers up to this capacity are kept for the next lines; a larger one (a line with
+/// many long fields) is let go once written, so a burst of them does not stay held.
+const SPARE_MAX: usize = 4096;
+
 /// An access log: where lines go, and the queue in front of it.
 pub struct AccessLog {
     format: Format,
@@ -157,7 +166,9 @@ fn write_lines(out: impl Write, lines: &Receiver<Vec<u8>>, spare: &Sender<Vec<u8
         // Everything queued now, then one flush.
         while let Some(line) = next {
             let _ = out.write_all(&line);
-            let _ = spare.try_send(line);
+            if line.capacity() <= SPARE_MAX {
+                let _ = spare.try_send(line);
+            }
             next = lines.try_recv().ok();
         }
         let _ = out.flush();
@@ -183,7 +194,7 @@ fn json_line(out: &mut Vec<u8>, e: &Entry<'_>) {
     quoted(out, e.method);
     out.extend_from_slice(br#","id":"#);
     match e.id {
-        Some(id) => write_id(out, id),
+        Some(id) => log_id(out, id),
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(br#","code":"#);
@@ -209,7 +220,14 @@ fn text_line(out: &mut Vec<u8>, e: &Entry<'_>) {
     out.push(b' ');
     out.extend_from_slice(e.conn.transport().as_str().as_bytes());
     out.push(b' ');
+    // One field: a Unix peer's `pid=P uid=U gid=G` joined by commas.
+    let at = out.len();
     let _ = write!(out, "{}", e.conn.peer());
+    if let Some(peer) = out.get_mut(at..) {
+        peer.iter_mut()
+            .filter(|b| **b == b' ')
+            .for_each(|b| *b = b',');
+    }
     out.push(b' ');
     // Identities and methods are printed JSON-escaped, so a line stays one line.
     match e.identity {
@@ -220,7 +238,7 @@ fn text_line(out: &mut Vec<u8>, e: &Entry<'_>) {
     quoted(out, e.method);
     out.extend_from_slice(b" id=");
     match e.id {
-        Some(id) => write_id(out, id),
+        Some(id) => log_id(out, id),
         None => out.push(b'-'),
     }
     out.extend_from_slice(b" code=");
@@ -241,10 +259,28 @@ fn text_line(out: &mut Vec<u8>, e: &Entry<'_>) {
     out.push(b'\n');
 }
 
+/// `s` as a JSON string, cut to [`MAX_FIELD`] bytes.
 fn quoted(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
-    escape_into(out, s.as_bytes());
+    if s.len() <= MAX_FIELD {
+        escape_into(out, s.as_bytes());
+    } else {
+        let cut = (0..=MAX_FIELD)
+            .rev()
+            .find(|&i| s.is_char_boundary(i))
+            .unwrap_or(0);
+        escape_into(out, s.get(..cut).unwrap_or_default().as_bytes());
+        out.extend_from_slice("…".as_bytes());
+    }
     out.push(b'"');
+}
+
+/// An id as it came, a string one cut as [`quoted`] cuts.
+fn log_id(out: &mut Vec<u8>, id: Id<'_>) {
+    match id {
+        Id::Str(s) => quoted(out, s),
+        other => write_id(out, other),
+    }
 }
 
 /// `2026-12-04T17:38:59.123456Z` (RFC 3339, UTC, microseconds).
@@ -312,6 +348,55 @@ mod tests {
         out.clear();
         timestamp(&mut out, UNIX_EPOCH);
         assert_eq!(out, b"1970-01-01T00:00:00.000000Z");
+    }
+
+    #[test]
+    fn long_peer_strings_are_cut_and_unix_peers_are_one_field() {
+        let ell = "…".len();
+        let mut out = Vec::new();
+        quoted(&mut out, &"m".repeat(1 << 20));
+        assert_eq!(out.len(), MAX_FIELD + 2 + ell);
+        assert!(out.ends_with("…\"".as_bytes()));
+        out.clear();
+        // Cut at a character's boundary, never inside one.
+        let s = format!("{}é{}", "a".repeat(MAX_FIELD - 1), "b".repeat(10));
+        quoted(&mut out, &s);
+        let text = std::str::from_utf8(&out).expect("UTF-8");
+        assert_eq!(text, format!("\"{}…\"", "a".repeat(MAX_FIELD - 1)));
+        out.clear();
+        log_id(&mut out, Id::Str(&"i".repeat(1000)));
+        assert_eq!(out.len(), MAX_FIELD + 2 + ell);
+        out.clear();
+        log_id(&mut out, Id::UInt(7));
+        assert_eq!(out, b"7");
+        out.clear();
+        quoted(&mut out, "short \"one\"");
+        assert_eq!(out, b"\"short \\\"one\\\"\"");
+        out.clear();
+
+        use crate::dispatch::context::{Peer, Transport};
+        let peer = Peer::Unix {
+            pid: 1,
+            uid: 2,
+            gid: 3,
+        };
+        let conn = Connection::new(Transport::Unix, peer, 5);
+        let e = Entry {
+            conn: &conn,
+            identity: None,
+            method: "m",
+            id: None,
+            code: None,
+            took: Duration::ZERO,
+            bytes_in: 1,
+            bytes_out: 2,
+            trace: None,
+        };
+        text_line(&mut out, &e);
+        let line = std::str::from_utf8(&out).expect("UTF-8");
+        let fields: Vec<&str> = line.split(' ').collect();
+        assert_eq!(fields[2], "pid=1,uid=2,gid=3", "{line}");
+        assert_eq!(fields[4], "\"m\"", "{line}");
     }
 
     #[test]
