@@ -491,6 +491,42 @@ allow = ["*"]
     served.stop();
 }
 
+/// A batch element answered by the pool whose answer the batch's `max_response_bytes`
+/// cut to -32002 is counted as -32002, what the client got, not as its handler's
+/// result.
+#[test]
+fn a_pool_answer_cut_for_size_is_counted_as_cut() {
+    let mut b = ringrpc::Registry::builder();
+    b.blocking_method(
+        "big",
+        |_: ringrpc::Params<'_>| -> Result<String, ringrpc::RpcError> { Ok("x".repeat(150)) },
+    )
+    .unwrap();
+    let engine = Engine::new(b.freeze(), Config::default().max_response_bytes(400));
+    let served = Served::start(engine, ServerConfig::default());
+    let batch: Vec<Value> = (1..=3)
+        .map(|i| json!({"jsonrpc": "2.0", "method": "big", "id": i}))
+        .collect();
+    let mut tcp = Tcp::connect(served.tcp);
+    let answer = tcp.pipeline(&[json!(batch).to_string()], 1);
+    let elements = answer[0].as_array().expect("a batch answer");
+    let cut = elements
+        .iter()
+        .filter(|a| a["error"]["code"] == json!(-32002))
+        .count();
+    assert!(cut >= 1, "{answer:?}");
+    let s = scrape(served.http);
+    let count = |code: &str| {
+        s.value(
+            "ringrpc_requests_total",
+            &[("method", "big"), ("transport", "tcp"), ("code", code)],
+        )
+    };
+    assert_eq!(count("-32002"), cut as f64);
+    assert_eq!(count("0"), (3 - cut) as f64);
+    served.stop();
+}
+
 #[test]
 fn a_metrics_listener_serves_metrics_only() {
     let engine = Arc::new(demo::engine(Config::default()));

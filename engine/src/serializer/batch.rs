@@ -10,6 +10,18 @@ use crate::dispatch::too_large;
 use crate::engine::Outcome;
 use crate::serializer::response::write_rpc_error;
 
+/// What [`BatchWriter::push_late`] did with an answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Late {
+    /// Nothing to write (no answer, or one too large with no id to answer).
+    Skipped,
+    /// Written as it was.
+    Pushed,
+    /// Past the batch's budget: `code`'s error (-32002) of `len` bytes written instead,
+    /// which is what its call is counted and logged as.
+    Cut { code: i32, len: usize },
+}
+
 /// One batch's answer array, being written into an output buffer. `Copy`: the server
 /// keeps it with a batch whose answers are still coming.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,18 +101,27 @@ impl BatchWriter {
         used: usize,
         answer: &[u8],
         id: Option<Id<'_>>,
-    ) -> bool {
+    ) -> Late {
         if answer.is_empty() {
-            return false;
+            return Late::Skipped;
         }
-        if used + answer.len() + 2 > self.max {
-            let Some(id) = id else { return false };
-            write_rpc_error(late, id, &too_large(self.max));
+        let pushed = if used + answer.len() + 2 > self.max {
+            let Some(id) = id else {
+                return Late::Skipped;
+            };
+            let at = late.len();
+            let e = too_large(self.max);
+            write_rpc_error(late, id, &e);
+            Late::Cut {
+                code: e.code(),
+                len: late.len() - at,
+            }
         } else {
             late.extend_from_slice(answer);
-        }
+            Late::Pushed
+        };
         self.wrote += 1;
-        true
+        pushed
     }
 
     /// Writes the whole array into `out`, every answer in its element's place: `inline`
@@ -185,15 +206,21 @@ mod tests {
         // Answers arrive out of order.
         let r3 = {
             let s = late.len();
-            assert!(b.push_late(&mut late, out.len(), b"{\"a\":3}", Some(Id::Int(3))));
+            assert_eq!(
+                b.push_late(&mut late, out.len(), b"{\"a\":3}", Some(Id::Int(3))),
+                Late::Pushed
+            );
             s..late.len()
         };
         let r1 = {
             let s = late.len();
-            assert!(b.push_late(&mut late, out.len(), b"{\"a\":1}", Some(Id::Int(1))));
+            assert_eq!(
+                b.push_late(&mut late, out.len(), b"{\"a\":1}", Some(Id::Int(1))),
+                Late::Pushed
+            );
             s..late.len()
         };
-        assert!(!b.push_late(&mut late, out.len(), b"", None));
+        assert_eq!(b.push_late(&mut late, out.len(), b"", None), Late::Skipped);
         let mut array = Vec::new();
         let places = [(at1, r1), (at3, r3), (at4, 0..0)].into_iter();
         assert_eq!(b.assemble(&out, &late, places, &mut array), Outcome::Reply);
@@ -251,11 +278,19 @@ mod tests {
         let mut b = BatchWriter::begin(&mut inline, 200);
         let at = b.offset(&inline);
         let mut late = Vec::new();
-        assert!(b.push_late(&mut late, inline.len(), &[b'x'; 150], Some(Id::Int(1))));
+        let pushed = b.push_late(&mut late, inline.len(), &[b'x'; 150], Some(Id::Int(1)));
+        assert_eq!(pushed, Late::Pushed);
         let first = 0..late.len();
         let used = inline.len() + late.len();
-        assert!(b.push_late(&mut late, used, &[b'y'; 150], Some(Id::Int(2))));
+        let cut = b.push_late(&mut late, used, &[b'y'; 150], Some(Id::Int(2)));
         let second = first.end..late.len();
+        assert_eq!(
+            cut,
+            Late::Cut {
+                code: -32002,
+                len: second.len()
+            }
+        );
         let mut out = Vec::new();
         let _ = b.assemble(
             &inline,

@@ -40,7 +40,7 @@ use crate::engine::{Deferrals, Engine, OwnedId, Split};
 use crate::error::{ErrorCode, Reason};
 use crate::guard::rate::Limited;
 use crate::metrics::{Event, Inflight, Local};
-use crate::serializer::batch::BatchWriter;
+use crate::serializer::batch::{BatchWriter, Late};
 use crate::serializer::response::write_error;
 use crate::trace::Trace;
 use crate::transport::http::{self, Reply, ServerHeaders};
@@ -230,18 +230,28 @@ impl Slot {
     }
 
     /// Adds element `i`'s answer: a batch's is kept for its place in the array.
-    fn push_answer(&mut self, i: usize, answer: &[u8], id: Option<Id<'_>>) {
+    /// Returns the code and length of what was written instead when a batch's budget
+    /// cut the answer to -32002 (`None`: written as it was, or nothing).
+    fn push_answer(&mut self, i: usize, answer: &[u8], id: Option<Id<'_>>) -> Option<(i32, usize)> {
         match &mut self.batch {
             Some(batch) => {
                 let used = self.buf.len() + self.late.len();
                 let start = self.late.len();
-                if batch.push_late(&mut self.late, used, answer, id) {
+                let pushed = batch.push_late(&mut self.late, used, answer, id);
+                if pushed != Late::Skipped {
                     if let Some(e) = self.elems.get_mut(i) {
                         e.answer = to_u32(start)..to_u32(self.late.len());
                     }
                 }
+                match pushed {
+                    Late::Cut { code, len } => Some((code, len)),
+                    Late::Pushed | Late::Skipped => None,
+                }
             }
-            None => self.buf.extend_from_slice(answer),
+            None => {
+                self.buf.extend_from_slice(answer);
+                None
+            }
         }
     }
 }
@@ -656,7 +666,12 @@ impl Pending {
                             format_args!("Server busy: the work queue is full, try again"),
                         );
                         let id = slot.elems[i].id.clone();
-                        slot.push_answer(i, &err, id.as_ref().map(OwnedId::as_id));
+                        if let Some((code, len)) =
+                            slot.push_answer(i, &err, id.as_ref().map(OwnedId::as_id))
+                        {
+                            self.after(slot, i, Some(code), len);
+                            continue;
+                        }
                     }
                     self.after(slot, i, Some(ErrorCode::ServerBusy.code()), err.len());
                 }
@@ -730,12 +745,15 @@ impl Pending {
         }
         s.remaining -= 1;
         let id = e.id.clone();
-        self.after(s, element as usize, done.code, done.reply.len());
-        s.push_answer(
-            element as usize,
-            &done.reply,
-            id.as_ref().map(OwnedId::as_id),
-        );
+        // Counted and logged as what the client gets: -32002 if the batch's budget cut it.
+        let (code, bytes) = s
+            .push_answer(
+                element as usize,
+                &done.reply,
+                id.as_ref().map(OwnedId::as_id),
+            )
+            .map_or((done.code, done.reply.len()), |(c, len)| (Some(c), len));
+        self.after(s, element as usize, code, bytes);
         self.fixed.reply_to.recycle(done.reply);
         self.submit(s, conn, generation);
         if s.remaining == 0 {
@@ -814,7 +832,10 @@ impl Pending {
                         "Request timed out: no result by its deadline (request_timeout {ms} ms, or the caller's shorter budget)"
                     ),
                 );
-                slot.push_answer(i, &err, Some(id.as_id()));
+                if let Some((code, len)) = slot.push_answer(i, &err, Some(id.as_id())) {
+                    self.after(slot, i, Some(code), len);
+                    continue;
+                }
             }
             self.after(slot, i, Some(ErrorCode::RequestTimeout.code()), err.len());
         }
