@@ -846,7 +846,12 @@ impl Engine {
             None
         };
         if let Some(ms) = budget.filter(|&ms| defer.passed(ms)) {
-            return self.expired(&req, metric, ms, hooks, out, defer);
+            let answer = self.expired(&req, metric, ms, hooks, out, defer);
+            if let Some(l) = log {
+                let code = Some(ErrorCode::RequestTimeout.code());
+                self.log_call(l, source, &req, code, None, bytes_in, out.len() - begin);
+            }
+            return answer;
         }
         // De-duplication: the key is made where the call was read (it needs the session
         // and the headers), the claim where the call runs.
@@ -979,8 +984,13 @@ impl Engine {
                     }
                     Answer::Nothing
                 }
-                Some(_) => match defer.answered(out) {
-                    Some(code) => {
+                Some(id) => match (out.len(), defer.answered(out)) {
+                    (at, Some(mut code)) => {
+                        // Within the batch's budget, as an inline answer is (the
+                        // responder stored its real answer for a de-duplicated call).
+                        if out.len() > limit {
+                            code = over_budget(out, at, id, max);
+                        }
                         defer.outcome(metric, code);
                         if let Some(h) = hooks {
                             self.after(h, req.method, code, false, started);
@@ -991,7 +1001,7 @@ impl Engine {
                         }
                         Answer::Wrote
                     }
-                    None => Answer::Later,
+                    (_, None) => Answer::Later,
                 },
             };
         }

@@ -57,6 +57,31 @@ token = "s3cret"
 allow = ["*"]
 "#;
 
+/// A call refused because its budget had run out before it ran (-32001) gets its line
+/// too, as every call does.
+#[test]
+fn a_call_whose_budget_ran_out_is_logged() {
+    let lines = Lines::default();
+    let engine = demo::engine(Config::default()).with_access_log(AccessLog::to_writer(
+        Format::Json,
+        lines.clone(),
+        1024,
+    ));
+    let mut out = Vec::new();
+    let _ = engine.handle(
+        br#"{"jsonrpc":"2.0","method":"echo","params":{"_meta":{"timeoutMs":0}},"id":7}"#,
+        &mut engine.scratch(),
+        &mut out,
+    );
+    let answer: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(answer["error"]["code"], json!(-32001), "{answer}");
+    let line: Value = serde_json::from_str(&lines.wait_for(1)[0]).unwrap();
+    assert_eq!(line["method"], "echo");
+    assert_eq!(line["id"], 7);
+    assert_eq!(line["code"], -32001);
+    assert_eq!(line["bytes_out"], json!(out.len()));
+}
+
 #[test]
 fn a_batch_logs_each_element() {
     let lines = Lines::default();

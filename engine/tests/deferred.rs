@@ -436,6 +436,28 @@ fn fallback_routes_and_relayed_errors() {
     assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":"rpc.discover"}"#);
 }
 
+/// Through the no-I/O API, deferred answers in a batch keep to the batch's
+/// `max_response_bytes` as inline and pool answers do: a result past it is answered
+/// -32002 instead.
+#[test]
+fn the_no_io_api_keeps_deferred_answers_within_the_batch_budget() {
+    let mut b = Registry::builder();
+    b.deferred_method("bigd", |_ctx, _params, responder| {
+        responder.respond(Ok::<_, RpcError>("x".repeat(150)))
+    })
+    .unwrap();
+    let engine = Engine::new(b.freeze(), Config::default().max_response_bytes(400));
+    let mut out = Vec::new();
+    let frame = br#"[{"jsonrpc":"2.0","method":"bigd","id":1},{"jsonrpc":"2.0","method":"bigd","id":2},{"jsonrpc":"2.0","method":"bigd","id":3}]"#;
+    let _ = engine.handle(frame, &mut engine.scratch(), &mut out);
+    let answers: Vec<Value> = serde_json::from_slice(&out).unwrap();
+    assert_eq!(answers.len(), 3);
+    // Two results fit 400 bytes, the third is answered -32002 in its place.
+    assert_eq!(answers[0]["result"].as_str().map(str::len), Some(150));
+    assert_eq!(answers[1]["result"].as_str().map(str::len), Some(150));
+    assert_eq!(answers[2]["error"]["code"], json!(-32002), "{answers:?}");
+}
+
 #[test]
 fn the_no_io_api_waits_for_deferred_answers() {
     let engine = demo::engine(Config::default().request_timeout(Some(Duration::from_millis(200))));
