@@ -407,7 +407,9 @@ impl Metrics {
                             sum(&|sh| sh.errors[i].load(Relaxed))
                         }
                     };
-                    if n == 0 {
+                    // A slot being claimed as this scrape read the codes (counted, its
+                    // code not yet seen here): shown by the next scrape.
+                    if n == 0 || (slot != 0 && slot != OTHER && *code == EMPTY) {
                         continue;
                     }
                     out.push_str("ringrpc_requests_total{method=\"");

@@ -803,15 +803,17 @@ fn accept(
             NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed),
         );
         let mut conn = Conn::new(info, stream, decoder, *generation, guard);
-        if let Some(m) = ctx.pending.metrics() {
-            m.connections(transport, 1);
-        }
         let registered = poll.registry().register(
             conn.stream.source(),
             Token(CONN0 + key),
             Interest::READABLE | Interest::WRITABLE,
         );
+        // Counted once it is in (its close counts -1); one that could not be
+        // registered is dropped uncounted.
         if registered.is_ok() {
+            if let Some(m) = ctx.pending.metrics() {
+                m.connections(transport, 1);
+            }
             entry.insert(conn);
         }
     }
