@@ -1616,13 +1616,13 @@ impl Deferrals for Wait<'_> {
             Some(code) => Some(code),
             None => {
                 self.event(Event::DeadlineExceeded);
-                let ms = self.config.request_timeout.unwrap_or_default().as_millis();
                 write_error(
                     out,
                     id.as_id(),
                     Reason::DeadlineExceeded,
                     format_args!(
-                        "Request timed out: no result by its deadline (request_timeout {ms} ms, or the caller's shorter budget)"
+                        "Request timed out: no result {}",
+                        crate::dispatch::Within(self.config.request_timeout)
                     ),
                 );
                 Some(Some(ErrorCode::RequestTimeout.code()))

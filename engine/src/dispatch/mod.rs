@@ -225,6 +225,24 @@ fn panicked(method: &str, id: Id<'_>, start: usize, out: &mut Vec<u8>) {
     );
 }
 
+/// What a -32001's message says the call missed: the server's `request_timeout`
+/// (`Some`) or a shorter budget of its caller's, or, with no server timeout, the
+/// caller's budget alone.
+pub(crate) struct Within(pub(crate) Option<std::time::Duration>);
+
+impl std::fmt::Display for Within {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(t) => write!(
+                f,
+                "by its deadline (request_timeout {} ms, or the caller's shorter budget)",
+                t.as_millis()
+            ),
+            None => f.write_str("within the caller's budget"),
+        }
+    }
+}
+
 /// The `-32002` error for a reply that would pass `max_response_bytes` (`max`).
 #[cold]
 pub(crate) fn too_large(max: usize) -> RpcError {
@@ -232,4 +250,20 @@ pub(crate) fn too_large(max: usize) -> RpcError {
         Reason::ResponseTooLarge,
         format!("Response too large: the reply would exceed max_response_bytes ({max} bytes)"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Within;
+    use std::time::Duration;
+
+    #[test]
+    fn a_timeout_message_names_the_limit_that_applied() {
+        assert_eq!(
+            Within(Some(Duration::from_millis(250))).to_string(),
+            "by its deadline (request_timeout 250 ms, or the caller's shorter budget)"
+        );
+        // No server timeout: only the caller's budget (it said "request_timeout 0 ms").
+        assert_eq!(Within(None).to_string(), "within the caller's budget");
+    }
 }

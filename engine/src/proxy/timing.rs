@@ -50,7 +50,7 @@ impl Hist {
             total += b.load(Relaxed);
             match DURATION_BOUNDS.get(i) {
                 Some(le) => {
-                    let _ = writeln!(out, "{name}_bucket{{{label},le=\"{le}\"}} {total}");
+                    let _ = writeln!(out, "{name}_bucket{{{label},le=\"{le:?}\"}} {total}");
                 }
                 None => {
                     let _ = writeln!(out, "{name}_bucket{{{label},le=\"+Inf\"}} {total}");
@@ -190,9 +190,7 @@ mod tests {
         let mut out = String::new();
         t.render(&["tcp://a:1"], &mut out);
         assert!(
-            out.contains(
-                "ringrpc_proxy_send_seconds_bucket{upstream=\"tcp://a:1\",le=\"0.000005\"} 2"
-            ),
+            out.contains("ringrpc_proxy_send_seconds_bucket{upstream=\"tcp://a:1\",le=\"5e-6\"} 2"),
             "{out}"
         );
         assert!(

@@ -803,7 +803,6 @@ impl Pending {
         if slot.ready {
             return;
         }
-        let ms = self.fixed.timeout.unwrap_or_default().as_millis();
         let now = Instant::now();
         for i in 0..slot.elems.len() {
             if slot.elems[i].state == ElemState::Done {
@@ -829,7 +828,8 @@ impl Pending {
                     id.as_id(),
                     Reason::DeadlineExceeded,
                     format_args!(
-                        "Request timed out: no result by its deadline (request_timeout {ms} ms, or the caller's shorter budget)"
+                        "Request timed out: no result {}",
+                        crate::dispatch::Within(self.fixed.timeout)
                     ),
                 );
                 if let Some((code, len)) = slot.push_answer(i, &err, Some(id.as_id())) {
