@@ -350,6 +350,21 @@ mod tests {
         assert_eq!(out, b"1970-01-01T00:00:00.000000Z");
     }
 
+    /// A call to `m` on `conn`: no identity, id, code or trace.
+    fn plain_entry(conn: &Connection) -> Entry<'_> {
+        Entry {
+            conn,
+            identity: None,
+            method: "m",
+            id: None,
+            code: None,
+            took: Duration::ZERO,
+            bytes_in: 1,
+            bytes_out: 2,
+            trace: None,
+        }
+    }
+
     #[test]
     fn long_peer_strings_are_cut_and_unix_peers_are_one_field() {
         let ell = "…".len();
@@ -381,17 +396,7 @@ mod tests {
             gid: 3,
         };
         let conn = Connection::new(Transport::Unix, peer, 5);
-        let e = Entry {
-            conn: &conn,
-            identity: None,
-            method: "m",
-            id: None,
-            code: None,
-            took: Duration::ZERO,
-            bytes_in: 1,
-            bytes_out: 2,
-            trace: None,
-        };
+        let e = plain_entry(&conn);
         text_line(&mut out, &e);
         let line = std::str::from_utf8(&out).expect("UTF-8");
         let fields: Vec<&str> = line.split(' ').collect();
@@ -417,17 +422,7 @@ mod tests {
         let (go, wait) = bounded(0);
         let log = AccessLog::to_writer(Format::Text, Stuck(entered_tx, wait), 4);
         let conn = Connection::EMBEDDED;
-        let e = Entry {
-            conn: &conn,
-            identity: None,
-            method: "m",
-            id: None,
-            code: None,
-            took: Duration::ZERO,
-            bytes_in: 1,
-            bytes_out: 2,
-            trace: None,
-        };
+        let e = plain_entry(&conn);
         log.log(&e);
         // The writer holds the first line, stuck in `write`.
         entered.recv().expect("the writer writes");
