@@ -527,6 +527,56 @@ fn a_pool_answer_cut_for_size_is_counted_as_cut() {
     served.stop();
 }
 
+/// HTTP requests refused before any call (404, 405) and connections refused at
+/// `max_connections` are counted.
+#[test]
+fn refused_http_requests_and_connections_are_counted() {
+    let settings = ServerConfig::default().max_connections(2);
+    let served = Served::start(demo::engine(Config::default()), settings);
+    assert_eq!(get(served.http, "/nope").0, 404);
+    assert_eq!(get(served.http, "/").0, 405);
+    // Two open, the third refused: accepted and closed at once.
+    let mut held: Vec<Tcp> = (1..=2).map(|_| Tcp::connect(served.tcp)).collect();
+    for (i, t) in held.iter_mut().enumerate() {
+        let a = t.pipeline(&[call("ping", json!([]), i as u64)], 1);
+        assert_eq!(a[0]["result"], "pong");
+    }
+    let mut third = TcpStream::connect(served.tcp).unwrap();
+    third.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    let mut rest = Vec::new();
+    assert_eq!(
+        third.read_to_end(&mut rest).unwrap_or(0),
+        0,
+        "refused: closed"
+    );
+    drop(held);
+    // The scrape's own connection is let in once the server has seen the two close.
+    let deadline = Instant::now() + IO_TIMEOUT;
+    let s = loop {
+        if let Some(s) = try_scrape(served.http) {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no scrape let in");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(s.value("ringrpc_http_refused_total", &[]), 2.0);
+    assert_eq!(s.value("ringrpc_connections_refused_total", &[]), 1.0);
+    served.stop();
+}
+
+/// A scrape, or `None` if the connection was refused.
+fn try_scrape(addr: SocketAddr) -> Option<Scrape> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(IO_TIMEOUT)).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8(raw).ok()?;
+    let (_, body) = text.split_once("\r\n\r\n")?;
+    text.starts_with("HTTP/1.1 200").then(|| parse(body))
+}
+
 #[test]
 fn a_metrics_listener_serves_metrics_only() {
     let engine = Arc::new(demo::engine(Config::default()));

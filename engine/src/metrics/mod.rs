@@ -111,9 +111,13 @@ pub(crate) enum Event {
     DedupReplay,
     /// A call answered `-32001` because its deadline passed.
     DeadlineExceeded,
+    /// An HTTP request answered with an error status before any call was read.
+    HttpRefused,
+    /// A connection closed as soon as accepted: `max_connections` were open.
+    ConnectionRefused,
 }
 
-const EVENTS: [(Event, &str, &str); 4] = [
+const EVENTS: [(Event, &str, &str); 6] = [
     (
         Event::AuthFailure,
         "ringrpc_auth_failures_total",
@@ -133,6 +137,16 @@ const EVENTS: [(Event, &str, &str); 4] = [
         Event::DeadlineExceeded,
         "ringrpc_deadline_exceeded_total",
         "Calls answered -32001 because their deadline passed.",
+    ),
+    (
+        Event::HttpRefused,
+        "ringrpc_http_refused_total",
+        "HTTP requests answered with an error status before any call was read (400, 403, 404, 405, 408, 411, 413, 415, 426, 431).",
+    ),
+    (
+        Event::ConnectionRefused,
+        "ringrpc_connections_refused_total",
+        "Connections closed as soon as accepted because max_connections were open.",
     ),
 ];
 

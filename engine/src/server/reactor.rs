@@ -610,6 +610,9 @@ fn slow_senders(ctx: &Ctx, conns: &mut Slab<Conn>, poll: &mio::Poll, limit: Dura
         let mark = conn.out.len();
         match conn.decoder {
             Decoder::Http(_) => {
+                if let Some(m) = ctx.pending.metrics() {
+                    m.event(crate::metrics::Event::HttpRefused);
+                }
                 http::write_status(&mut conn.out, 408, Reply::plain(false), &ctx.http, false);
             }
             Decoder::Ws(_) => websocket::write_close(
@@ -791,6 +794,9 @@ fn accept(
         if ctx.open.load(Ordering::Relaxed) >= settings.max_connections {
             // Refused cleanly: accepted and closed at once; the others are unaffected.
             drop(stream);
+            if let Some(m) = ctx.pending.metrics() {
+                m.event(crate::metrics::Event::ConnectionRefused);
+            }
             continue;
         }
         *generation += 1;
@@ -1060,6 +1066,9 @@ fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<
                 }) => {
                     if close {
                         conn.read_closed = true;
+                    }
+                    if let Some(m) = ctx.pending.metrics() {
+                        m.event(crate::metrics::Event::HttpRefused);
                     }
                     let mark = conn.out.len();
                     let reply = Reply {
