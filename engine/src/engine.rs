@@ -801,16 +801,16 @@ impl Engine {
         let max = self.config.max_response_bytes;
         // A trace sent in `params._meta.traceparent` (any transport) is this call's.
         let own;
-        let source = match req
+        let (source, own_trace) = match req
             .params
             .meta_traceparent()
             .and_then(|t| Trace::from_traceparent(t.as_bytes()))
         {
             Some(t) => {
                 own = t;
-                &source.with_trace(&own)
+                (&source.with_trace(&own), Some(t.trace_id()))
             }
-            None => source,
+            None => (source, None),
         };
         // A sampled call runs in a span, for the host's subscriber.
         let span = source
@@ -901,6 +901,9 @@ impl Engine {
         }
         if let Some((true, _)) = kind {
             if let Some(range) = raw.container_range(nodes) {
+                if own_trace.is_some() {
+                    defer.call_trace(own_trace);
+                }
                 if defer.blocking(range, req.id, req.method, metric, key, deadline) {
                     return Answer::Later;
                 }
@@ -950,6 +953,9 @@ impl Engine {
                     // A deferred subscribe answers by its deadline itself (see
                     // `Subscribing`): the server does not time it out.
                     let timed = deadline.filter(|_| !entry.is_some_and(|e| e.untimed));
+                    if own_trace.is_some() {
+                        defer.call_trace(own_trace);
+                    }
                     let mut r = defer.responder(id, req.method, metric, bytes, timed);
                     if let Some((d, key, fp, slot)) = ticket {
                         r.set_ticket(Ticket {
@@ -1437,6 +1443,10 @@ pub(crate) trait Deferrals {
     /// When the frame was taken up: the clock is read on the first call, then the same
     /// instant is given back for the frame's every call (budgets count from it).
     fn taken_at(&mut self) -> Instant;
+    /// The trace of the call about to be handed to [`Deferrals::blocking`] or
+    /// [`Deferrals::responder`], when it has its own (`params._meta.traceparent`): what
+    /// its access-log line names, where others name the frame's.
+    fn call_trace(&mut self, _trace: Option<crate::trace::TraceId>) {}
     /// Whether a caller's budget of `ms` milliseconds has run out.
     fn passed(&mut self, ms: u32) -> bool {
         after_ms(self.taken_at(), ms).is_some_and(|d| d <= Instant::now())

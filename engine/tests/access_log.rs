@@ -82,6 +82,45 @@ fn a_call_whose_budget_ran_out_is_logged() {
     assert_eq!(line["bytes_out"], json!(out.len()));
 }
 
+/// A call answered later (on the pool, by a responder) with a trace of its own in
+/// `params._meta.traceparent` is logged with that trace, as an inline call is.
+#[test]
+fn calls_answered_later_are_logged_with_their_own_trace() {
+    use std::io::{BufRead, BufReader};
+    let lines = Lines::default();
+    let mut b = ringrpc::Registry::builder();
+    b.blocking_method("on_pool", |_: ringrpc::Params<'_>| Ok(1))
+        .unwrap()
+        .deferred_method("later", |_ctx, _p, responder| {
+            responder.respond(Ok::<_, ringrpc::RpcError>(2))
+        })
+        .unwrap();
+    let engine = ringrpc::Engine::new(b.freeze(), Config::default())
+        .with_access_log(AccessLog::to_writer(Format::Json, lines.clone(), 1024));
+    let served = Served::start(engine, ServerConfig::default());
+    let mut tcp = std::net::TcpStream::connect(served.tcp).unwrap();
+    let meta = json!({"_meta": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}});
+    for (i, m) in ["on_pool", "later"].iter().enumerate() {
+        let call = json!({"jsonrpc": "2.0", "method": m, "params": meta, "id": i});
+        writeln!(tcp, "{call}").unwrap();
+    }
+    let mut r = BufReader::new(tcp);
+    for _ in 0..2 {
+        let mut answer = String::new();
+        r.read_line(&mut answer).unwrap();
+        assert!(answer.contains("result"), "{answer}");
+    }
+    for l in lines.wait_for(2) {
+        let l: Value = serde_json::from_str(&l).unwrap();
+        assert_eq!(
+            l["trace_id"],
+            json!("0af7651916cd43dd8448eb211c80319c"),
+            "{l}"
+        );
+    }
+    served.stop();
+}
+
 #[test]
 fn a_batch_logs_each_element() {
     let lines = Lines::default();

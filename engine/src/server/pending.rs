@@ -155,6 +155,9 @@ pub(crate) struct Elem {
     at: u32,
     /// A batch element's answer, once given: its range in the slot's `late`.
     answer: Range<u32>,
+    /// The call's own trace (`params._meta.traceparent`), if not the frame's: what its
+    /// access-log line names.
+    trace: Option<crate::trace::TraceId>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -271,6 +274,8 @@ pub(crate) struct Sink<'p> {
     /// The longest wait a rate limit asked of them.
     retry_after: Option<Limited>,
     transport: Transport,
+    /// The next call's own trace (see [`Deferrals::call_trace`]).
+    call_trace: Option<crate::trace::TraceId>,
 }
 
 /// What the sinks of a reactor's frames share, set once.
@@ -337,6 +342,7 @@ impl Deferrals for Sink<'_> {
             deadline,
             at: u32::MAX,
             answer: 0..0,
+            trace: self.call_trace.take(),
         });
         true
     }
@@ -360,6 +366,7 @@ impl Deferrals for Sink<'_> {
             deadline,
             at: u32::MAX,
             answer: 0..0,
+            trace: self.call_trace.take(),
         });
         let tag = Tag {
             element,
@@ -376,6 +383,10 @@ impl Deferrals for Sink<'_> {
 
     fn taken_at(&mut self) -> Instant {
         *self.taken_at.get_or_insert_with(Instant::now)
+    }
+
+    fn call_trace(&mut self, trace: Option<crate::trace::TraceId>) {
+        self.call_trace = trace;
     }
 
     fn deadline(&mut self, budget: Option<u32>) -> Option<Instant> {
@@ -543,6 +554,7 @@ impl Pending {
             limited: 0,
             retry_after: None,
             transport,
+            call_trace: None,
         }
     }
 
@@ -876,7 +888,7 @@ impl Pending {
                     Work::Responder(bytes) => *bytes,
                 },
                 bytes_out,
-                trace: slot.trace.map(|t| t.trace_id()),
+                trace: e.trace.or_else(|| slot.trace.map(|t| t.trace_id())),
             });
         }
         let (Some(hooks), Some(e)) = (&self.hooks, slot.elems.get(i)) else {
