@@ -121,6 +121,42 @@ fn calls_answered_later_are_logged_with_their_own_trace() {
     served.stop();
 }
 
+/// A call answered later is timed from when its frame was taken up, as its deadline
+/// is, not from the end of the frame's inline work: here a pool call ahead of a slow
+/// inline one in the same batch takes at least the inline one's 300 ms.
+#[test]
+fn a_call_answered_later_is_timed_from_its_frame() {
+    use std::io::{BufRead, BufReader};
+    let lines = Lines::default();
+    let mut b = ringrpc::Registry::builder();
+    b.blocking_method("on_pool", |_: ringrpc::Params<'_>| Ok(1))
+        .unwrap()
+        .method("slow_inline", |_: ringrpc::Params<'_>| {
+            std::thread::sleep(Duration::from_millis(300));
+            Ok(2)
+        })
+        .unwrap();
+    let engine = ringrpc::Engine::new(b.freeze(), Config::default())
+        .with_access_log(AccessLog::to_writer(Format::Json, lines.clone(), 1024));
+    let served = Served::start(engine, ServerConfig::default());
+    let mut tcp = std::net::TcpStream::connect(served.tcp).unwrap();
+    let batch = json!([
+        {"jsonrpc": "2.0", "method": "on_pool", "id": 1},
+        {"jsonrpc": "2.0", "method": "slow_inline", "id": 2},
+    ]);
+    writeln!(tcp, "{batch}").unwrap();
+    let mut answer = String::new();
+    BufReader::new(tcp).read_line(&mut answer).unwrap();
+    let logged: Vec<Value> = lines
+        .wait_for(2)
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let pool = logged.iter().find(|l| l["method"] == "on_pool").unwrap();
+    assert!(pool["duration_us"].as_u64() >= Some(290_000), "{pool}");
+    served.stop();
+}
+
 #[test]
 fn a_batch_logs_each_element() {
     let lines = Lines::default();

@@ -442,7 +442,7 @@ impl Metrics {
         }
 
         let name = "ringrpc_request_duration_seconds";
-        head(&mut out, name, "histogram", "Time from reading a call to its answer, by method (a call answered inline: from the read, or the end of the call before it in the same read, to its answer).");
+        head(&mut out, name, "histogram", "Time from reading a call to its answer, by method (a call answered inline: from the read, or the end of the call before it in the same read, to its answer; a call answered later: from when its frame was taken up).");
         for (m, method) in s.names.iter().enumerate() {
             let buckets: Vec<u64> = (0..DURATION_BUCKETS)
                 .map(|b| {

@@ -266,8 +266,9 @@ pub(crate) struct Sink<'p> {
     /// What every frame's sink shares (one pointer, not five fields set per frame).
     fixed: &'p Fixed,
     tag: Tag,
-    /// When the frame was taken up: read on first need (budgets count from it).
-    taken_at: Option<Instant>,
+    /// When the frame was taken up: read on first need (budgets count from it, and the
+    /// durations of calls answered later), kept in [`Pending`] for the slot.
+    taken_at: &'p std::cell::Cell<Option<Instant>>,
     /// Calls answered at once, and how many of them a rate limit refused.
     answered: u32,
     limited: u32,
@@ -382,7 +383,14 @@ impl Deferrals for Sink<'_> {
     }
 
     fn taken_at(&mut self) -> Instant {
-        *self.taken_at.get_or_insert_with(Instant::now)
+        match self.taken_at.get() {
+            Some(t) => t,
+            None => {
+                let t = Instant::now();
+                self.taken_at.set(Some(t));
+                t
+            }
+        }
     }
 
     fn call_trace(&mut self, trace: Option<crate::trace::TraceId>) {
@@ -468,6 +476,9 @@ pub(crate) struct Pending {
     dead_timers: std::cell::Cell<usize>,
     /// The elements of the frame being answered (reused between frames).
     elems: Vec<Elem>,
+    /// When the frame being answered was taken up, once a sink has read it (see
+    /// [`Sink`]): where its calls answered later are timed from.
+    taken_at: std::cell::Cell<Option<Instant>>,
     batch_concurrency: usize,
     hooks: Option<Arc<dyn Hooks>>,
     access_log: Option<Arc<crate::access_log::AccessLog>>,
@@ -506,6 +517,7 @@ impl Pending {
             timers: BinaryHeap::new(),
             dead_timers: std::cell::Cell::new(0),
             elems: Vec::new(),
+            taken_at: std::cell::Cell::new(None),
             batch_concurrency: settings.batch_concurrency,
             hooks: engine.hooks().cloned(),
             access_log: engine.access_log().cloned(),
@@ -540,6 +552,7 @@ impl Pending {
         transport: Transport,
     ) -> Sink<'_> {
         self.elems.clear();
+        self.taken_at.set(None);
         Sink {
             elems: &mut self.elems,
             fixed: &self.fixed,
@@ -549,7 +562,7 @@ impl Pending {
                 slot,
                 element: 0,
             },
-            taken_at: None,
+            taken_at: &self.taken_at,
             answered: 0,
             limited: 0,
             retry_after: None,
@@ -606,7 +619,9 @@ impl Pending {
             elems,
             remaining,
             on_pool: 0,
-            started: Instant::now(),
+            // From when the frame was taken up (its calls' deadlines count from it too),
+            // not from now, after all its inline work.
+            started: self.taken_at.get().unwrap_or_else(Instant::now),
             conn: *info,
             inflight: self.fixed.local.as_ref().map(|l| l.inflight(remaining)),
             trace,
