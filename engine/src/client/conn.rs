@@ -1351,20 +1351,22 @@ fn orphan_answered(t: &mut Table, id: u64, root: &[Node<'_>]) -> Route {
     let Some((_, method)) = t.orphans.remove(i) else {
         return Route::Ignored;
     };
-    let sub = match validate_response(root) {
-        Ok(r) => match r.body {
-            Body::Result(value) => SubId::of(value.first()),
-            Body::Error { .. } => None,
-        },
-        Err(_) => None,
-    };
     // An id already open here is another caller's subscription (the server answered a
     // taken id): not closed on this one's behalf.
-    let Some(sub) = sub.filter(|id| !t.subs.iter().any(|s| s.id == *id)) else {
+    let Some(sub) = opened_sub(t, root) else {
         return Route::Ignored;
     };
     t.unsubs.push((sub, method));
     Route::Orphaned
+}
+
+/// The subscription a subscribe call's answer (`root`) opens: its result, if a string
+/// or a number and not already an open subscription's id on this connection.
+fn opened_sub(t: &Table, root: &[Node<'_>]) -> Option<SubId> {
+    let Body::Result(value) = validate_response(root).ok()?.body else {
+        return None;
+    };
+    SubId::of(value.first()).filter(|id| !t.subs.iter().any(|s| s.id == *id))
 }
 
 /// Wakes one call blocked in `wait` so that it becomes the leader. A call registered
@@ -1387,21 +1389,11 @@ const NO_TICKET: Ticket = Ticket {
     id: 0,
 };
 
-/// Registers the subscription a subscribe call's answer (`root`) opened: a result
-/// that is a string or a number, not already an open subscription's id.
+/// Registers the subscription a subscribe call's answer (`root`) opened ([`opened_sub`]).
 fn register_sub(t: &mut Table, root: &[Node<'_>]) {
-    let Ok(r) = validate_response(root) else {
+    let Some(id) = opened_sub(t, root) else {
         return;
     };
-    let Body::Result(value) = r.body else {
-        return;
-    };
-    let Some(id) = SubId::of(value.first()) else {
-        return;
-    };
-    if t.subs.iter().any(|s| s.id == id) {
-        return;
-    }
     t.next_token += 1;
     let token = t.next_token;
     t.subs.push(Sub {
