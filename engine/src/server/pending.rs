@@ -692,15 +692,8 @@ impl Pending {
                             Reason::ServerBusy,
                             format_args!("Server busy: the work queue is full, try again"),
                         );
-                        let id = slot.elems[i].id.clone();
-                        if let Some((code, len)) =
-                            slot.push_answer(i, &err, id.as_ref().map(OwnedId::as_id))
-                        {
-                            self.after(slot, i, Some(code), len);
-                            continue;
-                        }
                     }
-                    self.after(slot, i, Some(ErrorCode::ServerBusy.code()), err.len());
+                    self.settle(slot, i, &err, Some(ErrorCode::ServerBusy.code()));
                 }
             }
         }
@@ -771,16 +764,7 @@ impl Pending {
             s.on_pool -= 1;
         }
         s.remaining -= 1;
-        let id = e.id.clone();
-        // Counted and logged as what the client gets: -32002 if the batch's budget cut it.
-        let (code, bytes) = s
-            .push_answer(
-                element as usize,
-                &done.reply,
-                id.as_ref().map(OwnedId::as_id),
-            )
-            .map_or((done.code, done.reply.len()), |(c, len)| (Some(c), len));
-        self.after(s, element as usize, code, bytes);
+        self.settle(s, element as usize, &done.reply, done.code);
         self.fixed.reply_to.recycle(done.reply);
         self.submit(s, conn, generation);
         if s.remaining == 0 {
@@ -849,7 +833,7 @@ impl Pending {
                 l.event(Event::DeadlineExceeded);
             }
             let mut err = Vec::new();
-            if let Some(id) = slot.elems[i].id.clone() {
+            if let Some(id) = &slot.elems[i].id {
                 write_error(
                     &mut err,
                     id.as_id(),
@@ -859,12 +843,8 @@ impl Pending {
                         crate::dispatch::Within(self.fixed.timeout)
                     ),
                 );
-                if let Some((code, len)) = slot.push_answer(i, &err, Some(id.as_id())) {
-                    self.after(slot, i, Some(code), len);
-                    continue;
-                }
             }
-            self.after(slot, i, Some(ErrorCode::RequestTimeout.code()), err.len());
+            self.settle(slot, i, &err, Some(ErrorCode::RequestTimeout.code()));
         }
         if slot.remaining > 0 {
             self.submit(slot, slot.key, slot.generation);
@@ -878,6 +858,17 @@ impl Pending {
 impl Pending {
     /// Element `i` of `slot` was answered with `code` in `bytes_out` bytes: counts it,
     /// logs it, runs the after hook.
+    /// Puts element `i`'s answer (`code`'s; empty for a notification) into its slot, and
+    /// counts, logs and hooks it as what the client gets: the -32002 written in its
+    /// place if the batch's budget cut it.
+    fn settle(&self, slot: &mut Slot, i: usize, answer: &[u8], code: Option<i32>) {
+        let id = slot.elems.get(i).and_then(|e| e.id.clone());
+        let (code, bytes) = slot
+            .push_answer(i, answer, id.as_ref().map(OwnedId::as_id))
+            .map_or((code, answer.len()), |(c, len)| (Some(c), len));
+        self.after(slot, i, code, bytes);
+    }
+
     fn after(&self, slot: &mut Slot, i: usize, code: Option<i32>, bytes_out: usize) {
         if let Some(f) = &mut slot.inflight {
             f.done();
