@@ -134,6 +134,11 @@ struct Args {
     /// Rate limit per peer address for anonymous callers, as the server's.
     #[arg(long, value_name = "RATE[:BURST]")]
     rate_limit: Option<String>,
+    /// Failed authentications allowed per peer address, RATE a second with BURST at
+    /// once, or "off"; past it, tokens from that address are refused unread (-32005,
+    /// HTTP 429) until the bucket refills.
+    #[arg(long, value_name = "RATE[:BURST]|off", default_value = ringrpc::guard::AUTH_FAILURE_LIMIT)]
+    auth_fail_limit: String,
     /// Turn metrics off.
     #[arg(long)]
     no_metrics: bool,
@@ -235,6 +240,7 @@ fn guard(a: &Args) -> Result<Option<Guard>, GuardError> {
     if let Some(spec) = &a.rate_limit {
         g = g.with_peer_rate_limit(spec)?;
     }
+    g = g.with_auth_failure_limit(&a.auth_fail_limit)?;
     Ok(Some(g))
 }
 

@@ -101,6 +101,11 @@ struct Args {
     /// batch element counted.
     #[arg(long, value_name = "RATE[:BURST]")]
     rate_limit: Option<String>,
+    /// Failed authentications allowed per peer address, RATE a second with BURST at
+    /// once, or "off"; past it, tokens from that address are refused unread (-32005,
+    /// HTTP 429) until the bucket refills.
+    #[arg(long, value_name = "RATE[:BURST]|off", default_value = ringrpc::guard::AUTH_FAILURE_LIMIT)]
+    auth_fail_limit: String,
     /// De-duplicate retried calls of methods marked for it (the demo's `incr`):
     /// "memory", or "redis://HOST:PORT[/DB]" shared by several instances.
     #[arg(long, value_name = "STORE")]
@@ -187,6 +192,7 @@ fn guard(a: &Args) -> Result<Option<Guard>, GuardError> {
     if let Some(spec) = &a.rate_limit {
         g = g.with_peer_rate_limit(spec)?;
     }
+    g = g.with_auth_failure_limit(&a.auth_fail_limit)?;
     Ok(Some(g))
 }
 

@@ -1164,7 +1164,7 @@ impl Engine {
         };
         let code = denied.code().code();
         match denied {
-            crate::guard::Denied::Limited(l) => {
+            crate::guard::Denied::Limited(l) | crate::guard::Denied::AuthThrottled(l) => {
                 defer.limited(l);
                 defer.event(Event::RateLimited);
             }

@@ -503,6 +503,105 @@ fn a_flood_of_source_addresses_leaves_the_limiter_table_bounded() {
     s.stop();
 }
 
+/// A TCP connection to `addr` from source address `ip` (in 127.0.0.0/8).
+fn connect_from(ip: [u8; 4], addr: SocketAddr) -> TcpStream {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(&SocketAddr::from((ip, 0)).into()).unwrap();
+    sock.connect(&addr.into()).unwrap();
+    sock.into()
+}
+
+#[test]
+fn failed_authentications_are_limited_per_address() {
+    // Three failures at once, then one per 100 s: nothing refills during the test.
+    const A: [u8; 4] = [127, 2, 0, 1];
+    const B: [u8; 4] = [127, 2, 0, 2];
+    let guard = keys("").with_auth_failure_limit("0.01:3").unwrap();
+    let (s, _e) = serve(guard);
+    let auth = |token: &str, id| req("rpc.auth", json!({ "token": token }), id);
+    let mut keep = Line::from_tcp(connect_from(A, s.tcp));
+    assert_eq!(
+        keep.call(&auth("s3cret-ops", 1))["result"]["identity"],
+        "ops"
+    );
+    let mut c = Line::from_tcp(connect_from(A, s.tcp));
+    // Authenticating is not a failure, and costs nothing.
+    for id in 0..5 {
+        assert_eq!(c.call(&auth("r3ader", id))["result"]["identity"], "reader");
+    }
+    for id in 10..13 {
+        assert_eq!(code(&c.call(&auth("guess", id))), -32040);
+    }
+    // The fourth failure is not looked at: nor is a right token, from that address.
+    for token in ["guess", "r3ader"] {
+        let v = c.call(&auth(token, 20));
+        assert_eq!((code(&v), &v["id"]), (-32005, &json!(20)), "{v}");
+        assert_eq!(v["error"]["data"]["reason"], "rate_limited", "{v}");
+        assert!(
+            v["error"]["data"]["retryAfterMs"].as_u64().unwrap() > 90_000,
+            "{v}"
+        );
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains("failed authentications"), "{v}");
+        // And it leaves the connection unauthenticated.
+        assert_eq!(code(&c.call(&req("ping", json!([]), 21))), -32040);
+    }
+    // So does another connection from that address, over TCP or HTTP (429).
+    let mut d = Line::from_tcp(connect_from(A, s.tcp));
+    assert_eq!(code(&d.call(&auth("r3ader", 1))), -32005);
+    let body = serde_json::to_vec(&req("ping", json!([]), 1)).unwrap();
+    let bearer = [("Authorization", "Bearer r3ader")];
+    let a = util::http::post_on(connect_from(A, s.http), &bearer, &body);
+    assert_eq!((a.status, code(&a.body)), (429, -32005), "{}", a.body);
+    let wait: u64 = a.header("retry-after").unwrap().parse().unwrap();
+    assert!((90..=100).contains(&wait), "Retry-After: {wait}");
+    // Another address is not limited, and its failures over HTTP count as over TCP.
+    let a = util::http::post_on(connect_from(B, s.http), &bearer, &body);
+    assert_eq!(
+        (a.status, &a.body["result"]),
+        (200, &json!("pong")),
+        "{}",
+        a.body
+    );
+    for _ in 0..3 {
+        let a = util::http::post_on(
+            connect_from(B, s.http),
+            &[("Authorization", "Bearer no")],
+            &body,
+        );
+        assert_eq!((a.status, code(&a.body)), (401, -32040), "{}", a.body);
+    }
+    let mut e = Line::from_tcp(connect_from(B, s.tcp));
+    assert_eq!(code(&e.call(&auth("r3ader", 1))), -32005);
+    // A connection that authenticated before keeps its identity.
+    assert_eq!(keep.call(&req("ping", json!([]), 2))["result"], "pong");
+    s.stop();
+}
+
+#[test]
+fn failed_authentications_limit_by_default_and_can_be_turned_off() {
+    for (guard, limited_after) in [
+        (keys(""), Some(10)),
+        (keys("").with_auth_failure_limit("off").unwrap(), None),
+    ] {
+        let (s, _e) = serve(guard);
+        let mut c = Line::from_tcp(connect_from([127, 2, 0, 3], s.tcp));
+        for id in 0..40 {
+            let v = c.call(&req("rpc.auth", json!({"token": "guess"}), id));
+            // (The default refills one a second: a slow run may get one more in.)
+            let expect = match limited_after {
+                Some(n) if id >= n + 2 => -32005,
+                Some(n) if id >= n => code(&v),
+                _ => -32040,
+            };
+            assert_eq!(code(&v), expect, "call {id}: {v}");
+        }
+        s.stop();
+    }
+    let bad = Guard::new().with_auth_failure_limit("0");
+    assert!(bad.unwrap_err().to_string().contains("rate"));
+}
+
 /// A JWT (HS256) for `secret` with `claims`, made here with the RustCrypto crates (the
 /// engine's own unit tests check its verifier against PyJWT's tokens).
 fn jwt(secret: &[u8; 32], claims: &Value) -> String {

@@ -21,6 +21,10 @@
 //!   peer address for anonymous callers ([`Guard::with_peer_rate_limit`]). Every batch
 //!   element is charged (`[weights]` per method); a limited call answers `-32005` with
 //!   `retryAfterMs`, and an HTTP request whose every call was limited gets 429.
+//! - **Failed authentications** are limited per peer address (default
+//!   [`AUTH_FAILURE_LIMIT`], [`Guard::with_auth_failure_limit`]): past it, a token
+//!   from that address is not even looked at (`-32005`, over HTTP 429) until the bucket
+//!   refills, so a token cannot be guessed at the speed of the network.
 //!
 //! ```
 //! use ringrpc::guard::{Guard, Session};
@@ -82,6 +86,12 @@ use rate::{now_ns, Limited, PeerLimiter, Rate};
 /// it never holds more than twice this).
 pub const PEER_TABLE_CAPACITY: usize = rate::DEFAULT_PEER_CAPACITY;
 
+/// Failed authentications allowed per peer address by default, as `RATE:BURST`: ten at
+/// once, then one a second. A legitimate client seldom fails twice; a guesser from one
+/// address gets ~86,000 tries a day instead of millions a second. Set it with
+/// [`Guard::with_auth_failure_limit`] (`"off"` for none).
+pub const AUTH_FAILURE_LIMIT: &str = "1:10";
+
 /// A guard that cannot be set up: a bad key file, secret or rate.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -119,6 +129,8 @@ pub struct Guard {
     required: bool,
     jwt: Option<JwtSecret>,
     peers: Option<PeerLimiter>,
+    /// Failed authentications per peer address ([`AUTH_FAILURE_LIMIT`]).
+    failures: Option<PeerLimiter>,
     peer_capacity: usize,
 }
 
@@ -129,6 +141,10 @@ impl fmt::Debug for Guard {
             .field("required", &self.required)
             .field("jwt", &self.jwt.is_some())
             .field("peer_rate_limit", &self.peers.is_some())
+            .field(
+                "auth_failure_limit",
+                &self.failures.as_ref().map(PeerLimiter::rate),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -149,6 +165,9 @@ impl Guard {
             required: false,
             jwt: None,
             peers: None,
+            failures: Rate::parse(AUTH_FAILURE_LIMIT)
+                .ok()
+                .map(|rate| PeerLimiter::new(rate, PEER_TABLE_CAPACITY)),
             peer_capacity: PEER_TABLE_CAPACITY,
         }
     }
@@ -206,12 +225,41 @@ impl Guard {
         Ok(self)
     }
 
-    /// Sets how many peer addresses the per-address limiter keeps per generation
-    /// (default [`PEER_TABLE_CAPACITY`]; it never holds more than twice this).
+    /// Limits failed authentications (an unknown or expired token, by `rpc.auth` or an
+    /// HTTP `Authorization` header) per peer address (IPv6: per /64) to `spec`, `RATE`
+    /// or `RATE:BURST` a second, or `"off"`; the default is [`AUTH_FAILURE_LIMIT`]. Past
+    /// it, a token from that address is refused without being looked at, `-32005`
+    /// (over HTTP 429 with `Retry-After`), until the bucket refills: a right token too,
+    /// or the limit would tell a guesser when it guessed. Only failures are charged, so
+    /// clients that authenticate are never limited by it unless they share an address
+    /// with one that fails. Unix-socket and stdio peers have no address and are not
+    /// limited.
+    ///
+    /// # Errors
+    ///
+    /// If `spec` is neither `"off"` nor a positive rate with an optional burst of at
+    /// least 1.
+    pub fn with_auth_failure_limit(mut self, spec: &str) -> Result<Self, GuardError> {
+        self.failures = match spec {
+            "off" => None,
+            spec => {
+                let rate = Rate::parse(spec).map_err(|e| GuardError::Rate(e.to_string()))?;
+                Some(PeerLimiter::new(rate, self.peer_capacity))
+            }
+        };
+        Ok(self)
+    }
+
+    /// Sets how many peer addresses each per-address limiter (calls, failed
+    /// authentications) keeps per generation (default [`PEER_TABLE_CAPACITY`]; it never
+    /// holds more than twice this).
     pub fn with_peer_table_capacity(mut self, capacity: usize) -> Self {
         self.peer_capacity = capacity.max(1);
         if let Some(old) = &self.peers {
             self.peers = Some(PeerLimiter::new(old.rate(), self.peer_capacity));
+        }
+        if let Some(old) = &self.failures {
+            self.failures = Some(PeerLimiter::new(old.rate(), self.peer_capacity));
         }
         self
     }
@@ -255,6 +303,7 @@ impl Guard {
         &self,
         session: &Session,
         headers: &Headers<'_>,
+        peer: Peer,
     ) -> Result<(), Denied> {
         if !self.required {
             return Ok(());
@@ -273,7 +322,32 @@ impl Guard {
             }
             return Ok(());
         }
-        self.resolve_token(&mut st, token, generation)
+        self.resolve_from(peer, &mut st, token, generation)
+    }
+
+    /// [`Guard::resolve_token`] for a token from `peer`, unless that address has failed
+    /// too often ([`Guard::with_auth_failure_limit`]); a failure is charged to it.
+    fn resolve_from(
+        &self,
+        peer: Peer,
+        st: &mut State,
+        token: &[u8],
+        generation: u64,
+    ) -> Result<(), Denied> {
+        let (Some(failures), Peer::Ip(addr)) = (&self.failures, peer) else {
+            return self.resolve_token(st, token, generation);
+        };
+        let now = now_ns();
+        if let Err(limited) = failures.check(addr.ip(), now) {
+            st.forget();
+            return Err(Denied::AuthThrottled(limited));
+        }
+        let verdict = self.resolve_token(st, token, generation);
+        if verdict.is_err() {
+            // (Refused only if another failure got in first: then it is not charged.)
+            let _ = failures.charge(addr.ip(), now, 1);
+        }
+        verdict
     }
 
     /// Looks `token` up (a key's, else a JWT) and keeps the identity in `st`.
@@ -349,7 +423,7 @@ impl Guard {
         let p: AuthParams<'_> = params.parse().map_err(|_| Denied::AuthParams)?;
         let mut st = session.state.borrow_mut();
         let generation = self.generation.load(Ordering::Acquire);
-        self.resolve_token(&mut st, p.token.as_bytes(), generation)?;
+        self.resolve_from(source.conn.peer(), &mut st, p.token.as_bytes(), generation)?;
         let name = st.principal.as_ref().map(|p| Arc::clone(&p.name));
         drop(st);
         write_prefix(out, id);
@@ -423,7 +497,7 @@ impl Guard {
             let headers = source
                 .headers
                 .ok_or(Denied::Unauthenticated("no session to authenticate"))?;
-            self.authenticate_http(&session, &headers)?;
+            self.authenticate_http(&session, &headers, source.conn.peer())?;
             let src = Source {
                 session: Some(&session),
                 ..*source
@@ -637,6 +711,9 @@ pub(crate) enum Denied {
     Forbidden,
     /// Over the rate limit: `-32005`.
     Limited(Limited),
+    /// A token from an address that failed to authenticate too often, not looked at:
+    /// `-32005`.
+    AuthThrottled(Limited),
     /// `rpc.auth` on a server without keys: `-32601`.
     NoAuth,
     /// `rpc.auth` over HTTP: `-32601`.
@@ -656,7 +733,7 @@ impl Denied {
         match self {
             Self::Unauthenticated(_) => Reason::Unauthenticated,
             Self::Forbidden => Reason::PermissionDenied,
-            Self::Limited(_) => Reason::RateLimited,
+            Self::Limited(_) | Self::AuthThrottled(_) => Reason::RateLimited,
             Self::NoAuth | Self::HttpAuth => Reason::MethodNotFound,
             Self::AuthParams => Reason::InvalidParams,
         }
@@ -686,6 +763,15 @@ impl Denied {
                 reason,
                 format_args!(
                     "Limit exceeded: rate limit reached, retry in {} ms",
+                    l.retry_after_ms()
+                ),
+                Some(l.retry_after_ms()),
+            ),
+            Self::AuthThrottled(l) => write_reason_tail(
+                out,
+                reason,
+                format_args!(
+                    "Limit exceeded: too many failed authentications from this address, retry in {} ms",
                     l.retry_after_ms()
                 ),
                 Some(l.retry_after_ms()),

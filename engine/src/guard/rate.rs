@@ -318,9 +318,7 @@ impl PeerLimiter {
     /// consumes nothing.
     pub(crate) fn charge(&self, ip: IpAddr, now_ns: u64, cost: u32) -> Result<(), Limited> {
         let key = key(ip);
-        // Bits 32..36: hashbrown places by the low bits and tags by the top seven.
-        let shard = (self.hasher.hash_one(key) >> 32) as usize % SHARDS;
-        let mut shard = lock(&self.shards[shard].0);
+        let mut shard = self.shard(key);
         if let Some(tat) = shard.current.get_mut(&key) {
             *tat = self.rate.admit(*tat, now_ns, cost)?;
             return Ok(());
@@ -334,6 +332,25 @@ impl PeerLimiter {
             shard.current.insert(key, tat);
         }
         verdict.map(|_| ())
+    }
+
+    /// Whether a call of cost 1 from `ip` would pass at `now`, charging nothing (for
+    /// limits charged only afterwards, by what the call turned out to be: failed
+    /// authentications).
+    pub(crate) fn check(&self, ip: IpAddr, now_ns: u64) -> Result<(), Limited> {
+        let key = key(ip);
+        let shard = self.shard(key);
+        let tat = shard.current.get(&key).or_else(|| shard.previous.get(&key));
+        self.rate
+            .admit(tat.copied().unwrap_or(0), now_ns, 1)
+            .map(|_| ())
+    }
+
+    /// The shard of `key`, locked.
+    fn shard(&self, key: (u64, u64)) -> MutexGuard<'_, Shard> {
+        // Bits 32..36: hashbrown places by the low bits and tags by the top seven.
+        let shard = (self.hasher.hash_one(key) >> 32) as usize % SHARDS;
+        lock(&self.shards[shard].0)
     }
 
     /// Makes room for one entry in `current`: drop idle entries, or start a generation.
@@ -530,6 +547,23 @@ mod tests {
             assert!(peers.len() <= 2 * 10_000, "{i}: {}", peers.len());
         }
         assert!(peers.len() > 10_000);
+    }
+
+    #[test]
+    fn a_check_charges_nothing() {
+        let l = PeerLimiter::new(Rate::new(10.0, 2).unwrap(), 64);
+        let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+        for _ in 0..5 {
+            assert_eq!(l.check(ip, 0), Ok(()));
+        }
+        assert_eq!(l.len(), 0);
+        assert_eq!((l.charge(ip, 0, 1), l.charge(ip, 0, 1)), (Ok(()), Ok(())));
+        // Empty: a check says so, and how long until one more passes.
+        assert_eq!(wait(l.check(ip, 0)), 100 * MS);
+        assert_eq!(wait(l.check(ip, 40 * MS)), 60 * MS);
+        assert_eq!(l.check(ip, 100 * MS), Ok(()));
+        // Another address is a bucket of its own.
+        assert_eq!(l.check(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), 0), Ok(()));
     }
 
     #[test]

@@ -1040,7 +1040,9 @@ fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<
                     if let Some(guard) = ctx.engine.guard() {
                         let headers = Headers::new(conn.rbuf.get(..head).unwrap_or_default());
                         let sent_token = headers.authorization().is_some();
-                        if let Err(denied) = guard.authenticate_http(&conn.session, &headers) {
+                        if let Err(denied) =
+                            guard.authenticate_http(&conn.session, &headers, conn.info.peer())
+                        {
                             conn.read_closed = true;
                             let reply = Reply {
                                 keep_alive: false,
@@ -1141,9 +1143,10 @@ fn upgrade(ctx: &mut Ctx, conn: &mut Conn, key: &[u8; 24], head: &[u8], reply: R
         let headers = Headers::new(head);
         if headers.authorization().is_none() {
             // No credentials of its own: nothing of an earlier request's carries over.
-            let _ = guard.authenticate_http(&conn.session, &headers);
+            let _ = guard.authenticate_http(&conn.session, &headers, conn.info.peer());
         } else {
-            if let Err(denied) = guard.authenticate_http(&conn.session, &headers) {
+            if let Err(denied) = guard.authenticate_http(&conn.session, &headers, conn.info.peer())
+            {
                 conn.read_closed = true;
                 refuse_unauthenticated(ctx, conn, reply, denied, true);
                 queue_if_behind(conn, mark);
@@ -1235,7 +1238,7 @@ fn answer(
     let trace = trace.or_else(|| ctx.engine.sample_trace());
     if let (Some((reply, headers, _)), Some(guard)) = (http, ctx.engine.guard()) {
         // Credentials come with each HTTP request: checked before its body is read.
-        if let Err(denied) = guard.authenticate_http(&conn.session, &headers) {
+        if let Err(denied) = guard.authenticate_http(&conn.session, &headers, conn.info.peer()) {
             let sent_token = headers.authorization().is_some();
             refuse_unauthenticated(ctx, conn, reply, denied, sent_token);
             queue_if_behind(conn, mark);
@@ -1371,7 +1374,8 @@ fn open_slot(
 
 /// Answers an HTTP request whose credentials the guard refused: 401 with
 /// `WWW-Authenticate` and a JSON-RPC error body (`-32040`, id `null`: the body was not
-/// read); counted as an authentication failure.
+/// read), counted as an authentication failure; or, when its address failed too often
+/// to have its token looked at, 429 with `Retry-After` (`-32005`), counted as limited.
 #[cold]
 fn refuse_unauthenticated(
     ctx: &Ctx,
@@ -1380,11 +1384,20 @@ fn refuse_unauthenticated(
     denied: crate::guard::Denied,
     sent_token: bool,
 ) {
+    let mut body = Vec::with_capacity(160);
+    denied.write_unbound(&mut body);
+    if let crate::guard::Denied::AuthThrottled(l) = denied {
+        if let Some(m) = ctx.pending.metrics() {
+            m.event(crate::metrics::Event::RateLimited);
+        }
+        let secs = itoa::Buffer::new().format(l.retry_after_secs()).to_owned();
+        let extra = [("Retry-After", secs.as_str())];
+        http::write_json_status(&mut conn.out, 429, reply, &ctx.http, &extra, &body);
+        return;
+    }
     if let Some(m) = ctx.pending.metrics() {
         m.event(crate::metrics::Event::AuthFailure);
     }
-    let mut body = Vec::with_capacity(160);
-    denied.write_unbound(&mut body);
     // RFC 6750 §3: a token was sent but is not valid: `error="invalid_token"`.
     let challenge = if sent_token {
         r#"Bearer realm="ringrpc", error="invalid_token""#

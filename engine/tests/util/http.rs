@@ -31,7 +31,12 @@ pub fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &Value) -> Answer 
 
 /// As [`post`], with the body's bytes as given (invalid JSON included).
 pub fn post_raw(addr: SocketAddr, headers: &[(&str, &str)], body: &[u8]) -> Answer {
-    let mut s = TcpStream::connect(addr).unwrap();
+    post_on(TcpStream::connect(addr).unwrap(), headers, body)
+}
+
+/// As [`post_raw`], on a connection made by the caller (say, from a chosen source
+/// address).
+pub fn post_on(mut s: TcpStream, headers: &[(&str, &str)], body: &[u8]) -> Answer {
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut head = format!(
         "POST / HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
