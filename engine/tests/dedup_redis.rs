@@ -8,7 +8,7 @@
 mod util;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ use ringrpc::{demo, Config, Connection, Engine, Params, Peer, RpcError, ServerCo
 use ringrpc::{Scratch, Transport};
 use serde_json::{json, Value};
 use util::line::Line;
-use util::redis::RedisServer;
+use util::redis::{Link, RedisServer};
 use util::server::Served;
 
 const KEYS: &str = "[[key]]\nname = \"app\"\ntoken = \"t\"\nallow = [\"*\"]\n\
@@ -334,6 +334,67 @@ fn a_call_outliving_its_marker_leaves_the_next_claim_alone() {
         assert_eq!(b.join().unwrap()["result"], 2);
     });
     assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+/// Redis unreachable when a call ends (the link to it cut, its data kept): the answer
+/// is stored once it is reachable again, and a retry then gets it. (Before, the
+/// claim's marker stayed until the TTL: retries were told -32042 for ten minutes.)
+#[test]
+fn an_answer_redis_missed_is_stored_when_it_is_back() {
+    let redis = RedisServer::start();
+    let link = Link::to(&redis);
+    let (runs, gate) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let mut b = demo::builder();
+    let (r, g) = (Arc::clone(&runs), Arc::clone(&gate));
+    b.blocking_method(
+        "gated_incr",
+        move |_p: Params<'_>| -> Result<usize, RpcError> {
+            let n = r.fetch_add(1, Ordering::SeqCst) + 1;
+            while !g.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok(n)
+        },
+    )
+    .unwrap()
+    .dedup("gated_incr")
+    .unwrap();
+    let engine = Engine::new(b.freeze(), Config::default())
+        .with_guard(guard())
+        .with_dedup(Dedup::redis(&link.url(), TTL, false).unwrap());
+    let call = json!({"jsonrpc":"2.0","method":"gated_incr","params":[],"id":7});
+    std::thread::scope(|s| {
+        let first = s.spawn(|| Caller::new(&engine, "t").call(call.clone()));
+        while runs.load(Ordering::SeqCst) == 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Claimed, running: now Redis cannot be reached, and the call ends.
+        link.cut();
+        gate.store(true, Ordering::SeqCst);
+        assert_eq!(first.join().unwrap()["result"], 1, "answered all the same");
+    });
+    let mut retry = Caller::new(&engine, "t");
+    let v = retry.call(call.clone());
+    assert_eq!(code(&v), Some(-32000), "unreachable: {v}");
+    std::thread::sleep(Duration::from_millis(300));
+    link.restore();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let v = loop {
+        let v = retry.call(call.clone());
+        if code(&v) != Some(-32042) && code(&v) != Some(-32000) {
+            break v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not stored 10 s after Redis came back: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(v, json!({"jsonrpc":"2.0","id":7,"result":1}));
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
 }
 
 /// One HTTP/1.1 POST; the answer's body (a 200 is required).

@@ -61,6 +61,8 @@ mod table;
 pub(crate) use memory::{method_state, same_group};
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+#[cfg(feature = "redis")]
+mod redis_retry;
 
 use std::fmt;
 use std::sync::Arc;

@@ -19,7 +19,9 @@
 //!
 //! Talked to only from threads that may block (pool workers, deferred responders, an
 //! embedding host's own thread), synchronously, every step bounded: connecting takes
-//! at most [`CONNECT_TIMEOUT`], each read and write at most [`IO_TIMEOUT`].
+//! at most [`CONNECT_TIMEOUT`], each read and write at most [`IO_TIMEOUT`]. A finish
+//! or release that fails is made again in the background until Redis answers or the
+//! marker has expired ([`super::redis_retry`]).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +31,7 @@ use std::time::{Duration, Instant};
 use redis::{Client, Connection, ErrorKind, RedisError, RedisResult, Value};
 use sha2::{Digest as _, Sha256};
 
+use super::redis_retry::Retries;
 use super::{write_replay, Claim, DedupError, Digest, Store};
 use crate::codec::Id;
 
@@ -73,6 +76,8 @@ pub(crate) struct RedisStore {
     /// Claims made, and a random start: each claim's marker is its own.
     claims: AtomicU64,
     seed: u64,
+    /// Finishes and releases that failed, made again later.
+    retries: Retries,
 }
 
 impl RedisStore {
@@ -85,6 +90,7 @@ impl RedisStore {
             reason: e.to_string(),
         })?;
         Ok(Self {
+            retries: Retries::new(client.clone(), ttl),
             client,
             pool: Mutex::new(Vec::new()),
             // Redis refuses `PX 0` and expiries past its clock's range; 2^53 ms is
@@ -191,7 +197,8 @@ impl RedisStore {
         }
     }
 
-    /// The claim, or the Redis error that prevented it.
+    /// The claim, or the Redis error that prevented it; `sent` is set once the claim's
+    /// `SET` may have reached Redis.
     fn try_claim(
         &self,
         key: &Digest,
@@ -199,10 +206,12 @@ impl RedisStore {
         nonce: u64,
         id: Id<'_>,
         out: &mut Vec<u8>,
+        sent: &mut bool,
     ) -> RedisResult<Claim> {
         let k = redis_key(key);
         let marker = marker(fp, nonce);
         let found = self.with_conn(|c| {
+            *sent = true;
             // Twice: the key may expire between a refused SET and the GET.
             for _ in 0..2 {
                 let set: Value = redis::cmd("SET")
@@ -263,14 +272,18 @@ impl Store for RedisStore {
 
     fn claim(&self, key: &Digest, fp: &Digest, id: Id<'_>, out: &mut Vec<u8>) -> Claim {
         let nonce = self.nonce();
-        match self.try_claim(key, fp, nonce, id, out) {
+        let mut sent = false;
+        match self.try_claim(key, fp, nonce, id, out, &mut sent) {
             Ok(claim) => claim,
             Err(_) => {
                 // The `SET` may have been applied though its reply was lost (a
                 // timeout): the claim is taken back, so that retries are not told
                 // "in progress" until the TTL for a call that never ran. Only this
-                // claim's marker is deleted, if Redis answers now.
-                self.release(key, fp, nonce);
+                // claim's marker is deleted, now or, if Redis fails again, later. (Not
+                // when no connection was made: nothing was sent.)
+                if sent {
+                    self.release(key, fp, nonce);
+                }
                 if self.fail_open {
                     Claim::Bypass
                 } else {
@@ -280,11 +293,9 @@ impl Store for RedisStore {
         }
     }
 
-    /// Errors are dropped: the marker then stays until the TTL, and retries meanwhile
-    /// answer `-32042`.
+    /// If Redis fails, the answer is stored later ([`super::redis_retry`]); until
+    /// then retries answer `-32042`.
     fn finish(&self, key: &Digest, fp: &Digest, slot: u64, tail: &[u8], code: Option<i32>) {
-        let k = redis_key(key);
-        let marker = marker(fp, slot);
         let mut value = Vec::with_capacity(1 + 32 + 11 + 1 + tail.len());
         value.push(b'D');
         value.extend_from_slice(hex(fp).as_bytes());
@@ -293,35 +304,81 @@ impl Store for RedisStore {
         }
         value.push(b'\n');
         value.extend_from_slice(tail);
-        let _ = self.with_conn(|c| {
-            redis::cmd("EVAL")
-                .arg(FINISH)
-                .arg(1)
-                .arg(&k)
-                .arg(&marker)
-                .arg(&value)
-                .arg(self.ttl_ms)
-                .query::<Value>(c)
+        self.write(Write {
+            key: redis_key(key),
+            marker: marker(fp, slot),
+            value: Some(value),
+            ttl_ms: self.ttl_ms,
         });
     }
 
-    /// Errors are dropped: the marker then stays until the TTL, and retries meanwhile
-    /// answer `-32042`.
+    /// If Redis fails, the marker is deleted later ([`super::redis_retry`]); until then
+    /// retries answer `-32042`.
     fn release(&self, key: &Digest, fp: &Digest, slot: u64) {
-        let k = redis_key(key);
-        let marker = marker(fp, slot);
-        let _ = self.with_conn(|c| {
-            redis::cmd("EVAL")
-                .arg(RELEASE)
-                .arg(1)
-                .arg(&k)
-                .arg(&marker)
-                .query::<Value>(c)
+        self.write(Write {
+            key: redis_key(key),
+            marker: marker(fp, slot),
+            value: None,
+            ttl_ms: self.ttl_ms,
         });
     }
 
     fn remote(&self) -> bool {
         true
+    }
+}
+
+impl RedisStore {
+    /// Makes `w` now, or, if Redis fails, later.
+    fn write(&self, w: Write) {
+        if self.with_conn(|c| w.run(c)).is_err() {
+            self.retries.push(w);
+        }
+    }
+}
+
+/// What ends a claim: its answer stored, or (released) its marker deleted; either only
+/// while the key still holds this claim's marker, so it may be made late or twice.
+pub(super) struct Write {
+    key: String,
+    marker: String,
+    /// The answer's value (a finish), or none (a release).
+    value: Option<Vec<u8>>,
+    ttl_ms: u64,
+}
+
+impl Write {
+    /// Makes it on `c`.
+    pub(super) fn run(&self, c: &mut Connection) -> RedisResult<()> {
+        let mut cmd = redis::cmd("EVAL");
+        match &self.value {
+            Some(value) => cmd
+                .arg(FINISH)
+                .arg(1)
+                .arg(&self.key)
+                .arg(&self.marker)
+                .arg(value)
+                .arg(self.ttl_ms),
+            None => cmd.arg(RELEASE).arg(1).arg(&self.key).arg(&self.marker),
+        };
+        cmd.query::<Value>(c).map(drop)
+    }
+
+    /// What it holds, in bytes (to bound those waiting).
+    pub(super) fn bytes(&self) -> usize {
+        self.key.len() + self.marker.len() + self.value.as_ref().map_or(0, Vec::len)
+    }
+
+    /// A finish storing `len` bytes, for a key of its own (for tests).
+    #[cfg(test)]
+    pub(super) fn sample(n: u64, len: usize) -> Self {
+        let fp = Digest::from(n);
+        Self {
+            key: redis_key(&fp),
+            marker: marker(&fp, n),
+            value: Some(vec![b'x'; len]),
+            ttl_ms: 60_000,
+        }
     }
 }
 

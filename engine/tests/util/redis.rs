@@ -3,8 +3,10 @@
 //! Debian package): a skipped test would prove nothing.
 
 use std::io::{BufRead, BufReader, ErrorKind, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long a started server may take to answer.
@@ -87,6 +89,89 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A TCP link to a Redis server that a test can cut and restore: a network partition
+/// without losing what the server holds (killing it would: it keeps nothing on disk).
+/// Cut, its connections are shut down and new ones closed as soon as accepted.
+pub struct Link {
+    pub port: u16,
+    up: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    open: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Link {
+    /// A link to the server on `target`'s port, up.
+    pub fn to(target: &RedisServer) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("cannot bind a loopback port");
+        let port = listener.local_addr().unwrap().port();
+        let to = SocketAddr::from(([127, 0, 0, 1], target.port));
+        let (up, stop) = (
+            Arc::new(AtomicBool::new(true)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let open = Arc::new(Mutex::new(Vec::new()));
+        let (u, st, o) = (Arc::clone(&up), Arc::clone(&stop), Arc::clone(&open));
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if st.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(client) = client else { continue };
+                if !u.load(Ordering::SeqCst) {
+                    continue; // dropped: closed at once
+                }
+                let Ok(server) = TcpStream::connect(to) else {
+                    continue;
+                };
+                let mut open = o.lock().unwrap();
+                for (from, into) in [(&client, &server), (&server, &client)] {
+                    let (mut from, mut into) =
+                        (from.try_clone().unwrap(), into.try_clone().unwrap());
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut into);
+                        let _ = into.shutdown(Shutdown::Both);
+                        let _ = from.shutdown(Shutdown::Both);
+                    });
+                }
+                open.extend([client, server]);
+            }
+        });
+        Self {
+            port,
+            up,
+            stop,
+            open,
+        }
+    }
+
+    /// `redis://127.0.0.1:PORT/` through the link.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Cuts the link: open connections are shut down, new ones closed.
+    pub fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        for s in self.open.lock().unwrap().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Restores the link.
+    pub fn restore(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.cut();
+        // Wakes the accepting thread so that it sees `stop`.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
     }
 }
 

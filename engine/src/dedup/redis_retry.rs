@@ -1,0 +1,231 @@
+//! Writes the Redis store could not make when a call ended (Redis down, unreachable or
+//! too slow just then), made again in the background until they succeed or their
+//! claim's marker has expired.
+//!
+//! Without them, an answer that could not be stored left its claim's marker in Redis
+//! until the TTL: retries were told "in progress" for up to the whole TTL, and after it
+//! could run the call a second time. With them, once Redis answers again the answer is
+//! stored (or a released claim's marker deleted), and the next retry gets it.
+//!
+//! One thread per store, started by the first failed write, waiting on a condition
+//! variable while there is nothing to do. A write is a compare-and-set on its own
+//! claim's marker (see [`super::redis`]), so making it late, or twice, cannot touch
+//! another claim. Bounded: [`MAX_WRITES`] writes and [`MAX_BYTES`] of answers; past
+//! that the oldest, the nearest to expiring anyway, are dropped. Writes still waiting
+//! when the process exits are lost, as they were before.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use redis::{Client, Connection};
+
+use super::redis::{Write, CONNECT_TIMEOUT, IO_TIMEOUT};
+
+/// Writes kept waiting at most.
+const MAX_WRITES: usize = 65_536;
+
+/// Bytes of answers kept waiting at most.
+const MAX_BYTES: usize = 16 << 20;
+
+/// The first wait after a failed attempt; it doubles up to [`MAX_BACKOFF`], and starts
+/// again after a success.
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// How often a warning about writes given up may be logged.
+const WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// A failed write, waiting.
+struct Waiting {
+    write: Write,
+    /// After this its marker has expired: nothing is left to write.
+    until: Instant,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiting: VecDeque<Waiting>,
+    /// The answers' bytes in `waiting`.
+    bytes: usize,
+    /// The store is gone: the thread stops.
+    closed: bool,
+    started: bool,
+    /// Writes dropped (queue full) or given up (expired) since the last warning.
+    lost: u64,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    wake: Condvar,
+    client: Client,
+    ttl: Duration,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // A plain queue: a panic elsewhere cannot leave it inconsistent.
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The store's retried writes (see the module docs).
+pub(super) struct Retries {
+    shared: Arc<Shared>,
+}
+
+impl Retries {
+    /// Retries for a store talking to `client`, whose markers live for `ttl`.
+    pub(super) fn new(client: Client, ttl: Duration) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                queue: Mutex::new(Queue::default()),
+                wake: Condvar::new(),
+                client,
+                ttl,
+            }),
+        }
+    }
+
+    /// Makes `write` again later: it just failed.
+    pub(super) fn push(&self, write: Write) {
+        let mut q = self.shared.lock();
+        if q.closed {
+            return;
+        }
+        q.bytes += write.bytes();
+        q.waiting.push_back(Waiting {
+            write,
+            until: Instant::now() + self.shared.ttl,
+        });
+        while q.waiting.len() > MAX_WRITES || q.bytes > MAX_BYTES {
+            let Some(old) = q.waiting.pop_front() else {
+                break;
+            };
+            q.bytes -= old.write.bytes();
+            q.lost += 1;
+        }
+        if !q.started {
+            let shared = Arc::clone(&self.shared);
+            let spawned = std::thread::Builder::new()
+                .name("ringrpc-dedup-retry".into())
+                .spawn(move || run(&shared));
+            // Without a thread the writes wait for the next push to try again.
+            q.started = spawned.is_ok();
+        }
+        drop(q);
+        self.shared.wake.notify_one();
+    }
+
+    /// Writes waiting now (for tests).
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.shared.lock().waiting.len()
+    }
+}
+
+impl Drop for Retries {
+    fn drop(&mut self) {
+        self.shared.lock().closed = true;
+        self.shared.wake.notify_one();
+    }
+}
+
+/// The thread: takes the oldest write, makes it, and after a failure waits (backing
+/// off) before trying again, on a connection of its own.
+fn run(shared: &Shared) {
+    let mut conn: Option<Connection> = None;
+    let mut backoff = FIRST_BACKOFF;
+    let mut warned: Option<Instant> = None;
+    loop {
+        let next = {
+            let mut q = shared.lock();
+            loop {
+                if q.closed {
+                    return;
+                }
+                if q.lost > 0 && warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+                    tracing::warn!(
+                        lost = q.lost,
+                        "de-duplication: answers not stored in Redis (it stayed unreachable \
+                         past their TTL, or too many waited); retries of those calls may run them again"
+                    );
+                    q.lost = 0;
+                    warned = Some(Instant::now());
+                }
+                if let Some(w) = q.waiting.pop_front() {
+                    q.bytes -= w.write.bytes();
+                    break w;
+                }
+                q = shared.wake.wait(q).unwrap_or_else(|p| p.into_inner());
+            }
+        };
+        if Instant::now() >= next.until {
+            shared.lock().lost += 1;
+            continue;
+        }
+        let done = match conn.take().map_or_else(|| connect(&shared.client), Ok) {
+            Ok(mut c) => match next.write.run(&mut c) {
+                Ok(()) => {
+                    conn = Some(c);
+                    true
+                }
+                // The connection's state is unknown: dropped.
+                Err(_) => false,
+            },
+            Err(_) => false,
+        };
+        if done {
+            backoff = FIRST_BACKOFF;
+            continue;
+        }
+        let mut q = shared.lock();
+        q.bytes += next.write.bytes();
+        q.waiting.push_front(next);
+        // Woken early only to stop (a push notifies, but the wait goes on: the head
+        // write is retried first).
+        let until = Instant::now() + backoff;
+        while !q.closed {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            q = shared
+                .wake
+                .wait_timeout(q, left)
+                .map_or_else(|p| p.into_inner().0, |(q, _)| q);
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+fn connect(client: &Client) -> redis::RedisResult<Connection> {
+    let conn = client.get_connection_with_timeout(CONNECT_TIMEOUT)?;
+    conn.set_read_timeout(Some(IO_TIMEOUT))?;
+    conn.set_write_timeout(Some(IO_TIMEOUT))?;
+    Ok(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_waiting_are_bounded_in_number_and_bytes() {
+        // Port 1 on loopback refuses at once: every attempt fails.
+        let client = Client::open("redis://127.0.0.1:1/").unwrap();
+        let retries = Retries::new(client.clone(), Duration::from_secs(60));
+        for n in 0..MAX_WRITES as u64 + 1000 {
+            retries.push(Write::sample(n, 1));
+        }
+        // (One may be out, being tried.)
+        let len = retries.len();
+        assert!((MAX_WRITES - 1..=MAX_WRITES).contains(&len), "{len}");
+        let retries = Retries::new(client, Duration::from_secs(60));
+        for n in 0..40 {
+            retries.push(Write::sample(n, 1 << 20));
+        }
+        let len = retries.len();
+        assert!((14..=15).contains(&len), "{len} of 1 MiB each");
+    }
+}
