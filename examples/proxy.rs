@@ -134,10 +134,11 @@ struct Args {
     /// Rate limit per peer address for anonymous callers, as the server's.
     #[arg(long, value_name = "RATE[:BURST]")]
     rate_limit: Option<String>,
-    /// Failed authentications allowed per peer address, RATE a second with BURST at
-    /// once, or "off"; past it, tokens from that address are refused unread (-32005,
-    /// HTTP 429) until the bucket refills.
-    #[arg(long, value_name = "RATE[:BURST]|off", default_value = ringrpc::guard::AUTH_FAILURE_LIMIT)]
+    /// Limit failed authentications per peer address to RATE a second with BURST at
+    /// once (say 1:10); past it, tokens from that address are refused unread (-32005,
+    /// HTTP 429) until the bucket refills. Only where clients connect directly: behind
+    /// a load balancer every client shares its address. See docs/OPERATIONS.md.
+    #[arg(long, value_name = "RATE[:BURST]|off", default_value = "off")]
     auth_fail_limit: String,
     /// Turn metrics off.
     #[arg(long)]
@@ -230,17 +231,18 @@ fn proxy(a: &Args) -> Result<Proxy, String> {
 }
 
 fn guard(a: &Args) -> Result<Option<Guard>, GuardError> {
+    // Built first, so that a bad value is an error even when nothing else asks for a
+    // guard.
+    let mut g = Guard::new().with_auth_failure_limit(&a.auth_fail_limit)?;
     if a.auth_file.is_none() && a.rate_limit.is_none() {
         return Ok(None);
     }
-    let mut g = Guard::new();
     if let Some(path) = &a.auth_file {
         g = g.with_key_file(path)?;
     }
     if let Some(spec) = &a.rate_limit {
         g = g.with_peer_rate_limit(spec)?;
     }
-    g = g.with_auth_failure_limit(&a.auth_fail_limit)?;
     Ok(Some(g))
 }
 

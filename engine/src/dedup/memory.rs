@@ -1939,6 +1939,77 @@ mod tests {
         }
     }
 
+    /// `Shard::clean_run` on small tables of clustered keys, most of them stale, with
+    /// runs that wrap past the table's end and hold more stale entries than
+    /// [`CLEAN_HOLES`]: every entry stays reachable, every live key is found, and the
+    /// stale entries of the run are deleted, up to the cap. (Written by a review.)
+    #[test]
+    fn cleaning_a_run_keeps_the_index_whole() {
+        let mut r = 0x1234_5678_9abc_def1u64;
+        let mut longest = 0;
+        for trial in 0..20_000u64 {
+            let size = [16usize, 64, 256][trial as usize % 3];
+            let mut shard = Shard::default();
+            shard.index.table = Table::zeroed(size);
+            shard.head = 1 << 20;
+            let n = xorshift(&mut r) as usize % (size * 3 / 4) + 1;
+            // Homes in a window from `base`, which may wrap past the end.
+            let window = (xorshift(&mut r) as usize % size).max(1);
+            let base = xorshift(&mut r) as usize % size;
+            let home = |r: &mut u64| ((base + xorshift(r) as usize % window) % size) as u64;
+            let running = |key| Slot {
+                key,
+                fp: 0,
+                expires: u64::MAX,
+                state: State::Running,
+                answer: Answer::EMPTY,
+            };
+            let (mut live, mut stale_seq) = (Vec::new(), shard.head - 1);
+            for i in 0..n as u64 {
+                let key = home(&mut r) | (i + 1) << 32 | trial << 48;
+                if xorshift(&mut r).is_multiple_of(4) {
+                    let seq = shard.next_seq();
+                    shard.slots.push_back(running(key), 0);
+                    shard.index.put(entry(tag(key), seq));
+                    live.push((key, seq));
+                } else {
+                    shard.index.put(entry(tag(key), stale_seq));
+                    stale_seq -= 1;
+                }
+            }
+            let key = home(&mut r) | 0xffff << 32;
+            let (at, end) = shard.probe(key).expect_err("a new key");
+            let mask = shard.index.mask();
+            let stale_in = |sh: &Shard, from: usize, to: usize| {
+                let mut n = 0;
+                let mut j = from;
+                while j != to {
+                    n += usize::from(sh.index.table[j] != 0 && sh.stale(sh.index.table[j]));
+                    j = (j + 1) & mask;
+                }
+                n
+            };
+            let in_run = stale_in(&shard, (at + 1) & mask, end);
+            let before = stale_in(&shard, 0, size - 1) + stale_in(&shard, size - 1, 0);
+            let seq = shard.next_seq();
+            let took_stale = shard.index.take(at, entry(tag(key), seq));
+            shard.slots.push_back(running(key), 0);
+            live.push((key, seq));
+            if took_stale {
+                longest = longest.max(in_run);
+                shard.clean_run(at, end);
+                let after = stale_in(&shard, 0, size - 1) + stale_in(&shard, size - 1, 0);
+                assert_eq!(after, before - 1 - in_run.min(CLEAN_HOLES), "trial {trial}");
+            }
+            assert!(reachable(&shard.index), "trial {trial}");
+            assert_eq!(shard.index.len, places(&shard.index), "trial {trial}");
+            for &(k, s) in &live {
+                assert_eq!(shard.find(k).map(|f| f.1), Some(s), "trial {trial}");
+            }
+        }
+        assert!(longest > CLEAN_HOLES, "the cap was reached: {longest}");
+    }
+
     #[test]
     fn long_and_short_answers_replay_whole() {
         let s = store(1 << 20, 600_000);

@@ -21,9 +21,9 @@
 //!   peer address for anonymous callers ([`Guard::with_peer_rate_limit`]). Every batch
 //!   element is charged (`[weights]` per method); a limited call answers `-32005` with
 //!   `retryAfterMs`, and an HTTP request whose every call was limited gets 429.
-//! - **Failed authentications** are limited per peer address (default
-//!   [`AUTH_FAILURE_LIMIT`], [`Guard::with_auth_failure_limit`]): past it, a token
-//!   from that address is not even looked at (`-32005`, over HTTP 429) until the bucket
+//! - **Failed authentications** may be limited per peer address
+//!   ([`Guard::with_auth_failure_limit`], off by default): past the limit, a token from
+//!   that address is not even looked at (`-32005`, over HTTP 429) until the bucket
 //!   refills, so a token cannot be guessed at the speed of the network.
 //!
 //! ```
@@ -86,12 +86,6 @@ use rate::{now_ns, Limited, PeerLimiter, Rate};
 /// it never holds more than twice this).
 pub const PEER_TABLE_CAPACITY: usize = rate::DEFAULT_PEER_CAPACITY;
 
-/// Failed authentications allowed per peer address by default, as `RATE:BURST`: ten at
-/// once, then one a second. A legitimate client seldom fails twice; a guesser from one
-/// address gets ~86,000 tries a day instead of millions a second. Set it with
-/// [`Guard::with_auth_failure_limit`] (`"off"` for none).
-pub const AUTH_FAILURE_LIMIT: &str = "1:10";
-
 /// A guard that cannot be set up: a bad key file, secret or rate.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -129,7 +123,7 @@ pub struct Guard {
     required: bool,
     jwt: Option<JwtSecret>,
     peers: Option<PeerLimiter>,
-    /// Failed authentications per peer address ([`AUTH_FAILURE_LIMIT`]).
+    /// Failed authentications per peer address, if limited.
     failures: Option<PeerLimiter>,
     peer_capacity: usize,
 }
@@ -165,9 +159,7 @@ impl Guard {
             required: false,
             jwt: None,
             peers: None,
-            failures: Rate::parse(AUTH_FAILURE_LIMIT)
-                .ok()
-                .map(|rate| PeerLimiter::new(rate, PEER_TABLE_CAPACITY)),
+            failures: None,
             peer_capacity: PEER_TABLE_CAPACITY,
         }
     }
@@ -227,13 +219,21 @@ impl Guard {
 
     /// Limits failed authentications (an unknown or expired token, by `rpc.auth` or an
     /// HTTP `Authorization` header) per peer address (IPv6: per /64) to `spec`, `RATE`
-    /// or `RATE:BURST` a second, or `"off"`; the default is [`AUTH_FAILURE_LIMIT`]. Past
-    /// it, a token from that address is refused without being looked at, `-32005`
-    /// (over HTTP 429 with `Retry-After`), until the bucket refills: a right token too,
-    /// or the limit would tell a guesser when it guessed. Only failures are charged, so
-    /// clients that authenticate are never limited by it unless they share an address
-    /// with one that fails. Unix-socket and stdio peers have no address and are not
-    /// limited.
+    /// or `RATE:BURST` a second (`"1:10"`: ten at once, then one a second, ~86,000 a
+    /// day instead of millions a second), or `"off"`, the default. Past it, a token
+    /// from that address is refused without being looked at, `-32005` (over HTTP 429
+    /// with `Retry-After`), until the bucket refills: a right token too, or the limit
+    /// would tell a guesser when it guessed. Only failures count (an attempt is charged
+    /// while its token is checked, so attempts made at once cannot overdraw the bucket,
+    /// and refunded if it was right).
+    ///
+    /// So every client behind one address shares its bucket: behind a load balancer
+    /// or TLS terminator, where every connection comes from the proxy's address, any
+    /// client failing on purpose locks every other client out of authenticating (a
+    /// connection already authenticated keeps its identity until it presents another
+    /// token). Turn it on where clients reach the server directly. Peers with no
+    /// address are never limited: Unix-socket and stdio ones, and an embedder's
+    /// connections given [`Peer::Unknown`].
     ///
     /// # Errors
     ///
@@ -337,15 +337,15 @@ impl Guard {
         let (Some(failures), Peer::Ip(addr)) = (&self.failures, peer) else {
             return self.resolve_token(st, token, generation);
         };
-        let now = now_ns();
-        if let Err(limited) = failures.check(addr.ip(), now) {
+        // Charged first, refunded if right: attempts made at once on other threads each
+        // take their unit before any token is looked at.
+        if let Err(limited) = failures.charge(addr.ip(), now_ns(), 1) {
             st.forget();
             return Err(Denied::AuthThrottled(limited));
         }
         let verdict = self.resolve_token(st, token, generation);
-        if verdict.is_err() {
-            // (Refused only if another failure got in first: then it is not charged.)
-            let _ = failures.charge(addr.ip(), now, 1);
+        if verdict.is_ok() {
+            failures.refund(addr.ip());
         }
         verdict
     }

@@ -334,16 +334,15 @@ impl PeerLimiter {
         verdict.map(|_| ())
     }
 
-    /// Whether a call of cost 1 from `ip` would pass at `now`, charging nothing (for
-    /// limits charged only afterwards, by what the call turned out to be: failed
-    /// authentications).
-    pub(crate) fn check(&self, ip: IpAddr, now_ns: u64) -> Result<(), Limited> {
+    /// Gives back one unit charged to `ip` (for limits charged before it is known
+    /// whether a call counts: an authentication, charged as if it failed, so that
+    /// attempts made at once cannot overdraw the bucket, and refunded if it succeeded).
+    pub(crate) fn refund(&self, ip: IpAddr) {
         let key = key(ip);
-        let shard = self.shard(key);
-        let tat = shard.current.get(&key).or_else(|| shard.previous.get(&key));
-        self.rate
-            .admit(tat.copied().unwrap_or(0), now_ns, 1)
-            .map(|_| ())
+        let mut shard = self.shard(key);
+        if let Some(tat) = shard.current.get_mut(&key) {
+            *tat = tat.saturating_sub(self.rate.emission_ns);
+        }
     }
 
     /// The shard of `key`, locked.
@@ -550,20 +549,21 @@ mod tests {
     }
 
     #[test]
-    fn a_check_charges_nothing() {
+    fn a_refund_gives_one_back() {
         let l = PeerLimiter::new(Rate::new(10.0, 2).unwrap(), 64);
         let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
-        for _ in 0..5 {
-            assert_eq!(l.check(ip, 0), Ok(()));
-        }
-        assert_eq!(l.len(), 0);
         assert_eq!((l.charge(ip, 0, 1), l.charge(ip, 0, 1)), (Ok(()), Ok(())));
-        // Empty: a check says so, and how long until one more passes.
-        assert_eq!(wait(l.check(ip, 0)), 100 * MS);
-        assert_eq!(wait(l.check(ip, 40 * MS)), 60 * MS);
-        assert_eq!(l.check(ip, 100 * MS), Ok(()));
-        // Another address is a bucket of its own.
-        assert_eq!(l.check(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), 0), Ok(()));
+        assert_eq!(wait(l.charge(ip, 0, 1)), 100 * MS);
+        l.refund(ip);
+        assert_eq!(l.charge(ip, 0, 1), Ok(()));
+        assert_eq!(wait(l.charge(ip, 40 * MS, 1)), 60 * MS);
+        // Refunds never fill a bucket past full, nor touch another address's.
+        for _ in 0..5 {
+            l.refund(ip);
+        }
+        l.refund(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)));
+        assert_eq!((l.charge(ip, 0, 1), l.charge(ip, 0, 1)), (Ok(()), Ok(())));
+        assert_eq!(wait(l.charge(ip, 0, 1)), 100 * MS);
     }
 
     #[test]
