@@ -326,7 +326,7 @@ impl Guard {
     }
 
     /// [`Guard::resolve_token`] for a token from `peer`, unless that address has failed
-    /// too often ([`Guard::with_auth_failure_limit`]); a failure is charged to it.
+    /// too often ([`Guard::with_auth_failure_limit`]); a failure stays charged to it.
     fn resolve_from(
         &self,
         peer: Peer,
