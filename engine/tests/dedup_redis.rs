@@ -368,7 +368,13 @@ fn an_answer_redis_missed_is_stored_when_it_is_back() {
     let call = json!({"jsonrpc":"2.0","method":"gated_incr","params":[],"id":7});
     std::thread::scope(|s| {
         let first = s.spawn(|| Caller::new(&engine, "t").call(call.clone()));
+        let started = Instant::now();
         while runs.load(Ordering::SeqCst) == 0 {
+            assert!(!first.is_finished(), "the call did not run");
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "not run in 10 s"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         // Claimed, running: now Redis cannot be reached, and the call ends.
@@ -395,6 +401,77 @@ fn an_answer_redis_missed_is_stored_when_it_is_back() {
     };
     assert_eq!(v, json!({"jsonrpc":"2.0","id":7,"result":1}));
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
+}
+
+/// A write Redis refuses (here: the claim's key turned into a hash behind the store's
+/// back, so its compare-and-set fails with WRONGTYPE) does not hold up the answers
+/// waiting behind it: it goes to the back, and they are stored once Redis is back.
+#[test]
+fn an_answer_redis_refuses_does_not_hold_up_the_others() {
+    let redis = RedisServer::start();
+    let link = Link::to(&redis);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let gates = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+    let mut b = demo::builder();
+    let (r, g) = (Arc::clone(&runs), Arc::clone(&gates));
+    b.blocking_method(
+        "gated_incr",
+        move |p: Params<'_>| -> Result<usize, RpcError> {
+            let (gate,): (usize,) = p.parse()?;
+            let n = r.fetch_add(1, Ordering::SeqCst) + 1;
+            while !g[gate % 2].load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok(n)
+        },
+    )
+    .unwrap()
+    .dedup("gated_incr")
+    .unwrap();
+    let engine = Engine::new(b.freeze(), Config::default())
+        .with_guard(guard())
+        .with_dedup(Dedup::redis(&link.url(), TTL, false).unwrap());
+    let call =
+        |gate: usize| json!({"jsonrpc":"2.0","method":"gated_incr","params":[gate],"id":gate});
+    let wait_for = |what: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !what() {
+            assert!(Instant::now() < deadline, "timed out");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    std::thread::scope(|s| {
+        let a = s.spawn(|| Caller::new(&engine, "t").call(call(0)));
+        wait_for(&|| runs.load(Ordering::SeqCst) == 1);
+        let key_a = redis.keys("ringrpc:dedup:*").pop().expect("A's marker");
+        let b = s.spawn(|| Caller::new(&engine, "t").call(call(1)));
+        wait_for(&|| runs.load(Ordering::SeqCst) == 2);
+        // Both answers miss Redis, A's first.
+        link.cut();
+        gates[0].store(true, Ordering::SeqCst);
+        assert_eq!(a.join().unwrap()["result"], 1);
+        gates[1].store(true, Ordering::SeqCst);
+        assert_eq!(b.join().unwrap()["result"], 2);
+        // A's key is no longer a string: its answer can never be stored.
+        assert_eq!(redis.command(&format!("DEL {key_a}")), ":1");
+        assert_eq!(redis.command(&format!("HSET {key_a} f v")), ":1");
+    });
+    link.restore();
+    let mut retry = Caller::new(&engine, "t");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let v = loop {
+        let v = retry.call(call(1));
+        if code(&v) != Some(-32042) && code(&v) != Some(-32000) {
+            break v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "B not stored 10 s after Redis came back: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(v, json!({"jsonrpc":"2.0","id":1,"result":2}));
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
 /// One HTTP/1.1 POST; the answer's body (a 200 is required).

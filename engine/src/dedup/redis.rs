@@ -275,7 +275,7 @@ impl Store for RedisStore {
         let mut sent = false;
         match self.try_claim(key, fp, nonce, id, out, &mut sent) {
             Ok(claim) => claim,
-            Err(_) => {
+            Err(e) => {
                 // The `SET` may have been applied though its reply was lost (a
                 // timeout): the claim is taken back, so that retries are not told
                 // "in progress" until the TTL for a call that never ran. Only this
@@ -283,6 +283,12 @@ impl Store for RedisStore {
                 // when no connection was made: nothing was sent.)
                 if sent {
                     self.release(key, fp, nonce);
+                    if e.is_timeout() {
+                        // A stalled Redis may yet run the `SET` after that release:
+                        // released once more, a while later.
+                        let again = self.release_write(key, fp, nonce);
+                        self.retries.push_later(again, IO_TIMEOUT);
+                    }
                 }
                 if self.fail_open {
                     Claim::Bypass
@@ -315,12 +321,7 @@ impl Store for RedisStore {
     /// If Redis fails, the marker is deleted later ([`super::redis_retry`]); until then
     /// retries answer `-32042`.
     fn release(&self, key: &Digest, fp: &Digest, slot: u64) {
-        self.write(Write {
-            key: redis_key(key),
-            marker: marker(fp, slot),
-            value: None,
-            ttl_ms: self.ttl_ms,
-        });
+        self.write(self.release_write(key, fp, slot));
     }
 
     fn remote(&self) -> bool {
@@ -329,6 +330,16 @@ impl Store for RedisStore {
 }
 
 impl RedisStore {
+    /// The write that releases the claim of `key` with `fp` and nonce `slot`.
+    fn release_write(&self, key: &Digest, fp: &Digest, slot: u64) -> Write {
+        Write {
+            key: redis_key(key),
+            marker: marker(fp, slot),
+            value: None,
+            ttl_ms: self.ttl_ms,
+        }
+    }
+
     /// Makes `w` now, or, if Redis fails, later.
     fn write(&self, w: Write) {
         if self.with_conn(|c| w.run(c)).is_err() {

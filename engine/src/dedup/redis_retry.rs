@@ -10,9 +10,13 @@
 //! One thread per store, started by the first failed write, waiting on a condition
 //! variable while there is nothing to do. A write is a compare-and-set on its own
 //! claim's marker (see [`super::redis`]), so making it late, or twice, cannot touch
-//! another claim. Bounded: [`MAX_WRITES`] writes and [`MAX_BYTES`] of answers; past
-//! that the oldest, the nearest to expiring anyway, are dropped. Writes still waiting
-//! when the process exits are lost, as they were before.
+//! another claim. When Redis cannot be reached the oldest write is tried again, backing
+//! off; when Redis answers one write with an error (out of memory, a key of the wrong
+//! type), that write goes to the back, so it does not hold up the others, and the thread
+//! backs off only once a whole round has failed. Bounded: [`MAX_WRITES`] writes and
+//! [`MAX_BYTES`] (answers with their keys); past that the oldest, the nearest to
+//! expiring anyway, are dropped. Writes still waiting when the store is dropped or the
+//! process exits are lost (counted in a warning at the drop).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -39,7 +43,11 @@ const WARN_EVERY: Duration = Duration::from_secs(10);
 /// A failed write, waiting.
 struct Waiting {
     write: Write,
-    /// After this its marker has expired: nothing is left to write.
+    /// Not tried before this (see [`Retries::push_later`]).
+    due: Instant,
+    /// After this its marker has expired: nothing is left to write. (Counted from the
+    /// failed write, not the claim: later than the real expiry by the call's run, which
+    /// only costs attempts that change nothing.)
     until: Instant,
 }
 
@@ -89,14 +97,30 @@ impl Retries {
 
     /// Makes `write` again later: it just failed.
     pub(super) fn push(&self, write: Write) {
+        self.push_later(write, Duration::ZERO);
+    }
+
+    /// Makes `write` (again) in `delay` at the earliest, and until it succeeds. (A
+    /// release after a claim whose reply timed out: if Redis was stalled, the release
+    /// may have run before the claim's `SET`, and found nothing to delete.)
+    pub(super) fn push_later(&self, write: Write, delay: Duration) {
         let mut q = self.shared.lock();
         if q.closed {
             return;
         }
+        if write.bytes() > MAX_BYTES {
+            // Alone over the bound: dropped, rather than every write before it.
+            q.lost += 1;
+            return;
+        }
+        let now = Instant::now();
+        // (A TTL too long for the clock never ends: the bounds still hold.)
+        let far = |d: Duration| now.checked_add(d).unwrap_or(now + MAX_BACKOFF);
         q.bytes += write.bytes();
         q.waiting.push_back(Waiting {
             write,
-            until: Instant::now() + self.shared.ttl,
+            due: far(delay),
+            until: far(self.shared.ttl.max(delay)),
         });
         while q.waiting.len() > MAX_WRITES || q.bytes > MAX_BYTES {
             let Some(old) = q.waiting.pop_front() else {
@@ -126,7 +150,16 @@ impl Retries {
 
 impl Drop for Retries {
     fn drop(&mut self) {
-        self.shared.lock().closed = true;
+        let mut q = self.shared.lock();
+        q.closed = true;
+        if !q.waiting.is_empty() {
+            tracing::warn!(
+                waiting = q.waiting.len(),
+                "de-duplication: the Redis store is dropped with answers not yet stored; \
+                 retries of those calls may run them again once their markers expire"
+            );
+        }
+        drop(q);
         self.shared.wake.notify_one();
     }
 }
@@ -137,6 +170,9 @@ fn run(shared: &Shared) {
     let mut conn: Option<Connection> = None;
     let mut backoff = FIRST_BACKOFF;
     let mut warned: Option<Instant> = None;
+    // Writes Redis refused in a row (each sent to the back): a whole round of them
+    // backs off.
+    let mut refused = 0;
     loop {
         let next = {
             let mut q = shared.lock();
@@ -153,37 +189,74 @@ fn run(shared: &Shared) {
                     q.lost = 0;
                     warned = Some(Instant::now());
                 }
-                if let Some(w) = q.waiting.pop_front() {
-                    q.bytes -= w.write.bytes();
-                    break w;
+                match q.waiting.front().map(|w| w.due) {
+                    Some(due) if due <= Instant::now() => {
+                        let Some(w) = q.waiting.pop_front() else {
+                            continue;
+                        };
+                        q.bytes -= w.write.bytes();
+                        break w;
+                    }
+                    // Not due yet (a release held back a moment): waited for.
+                    Some(due) => {
+                        let left = due.saturating_duration_since(Instant::now());
+                        q = shared
+                            .wake
+                            .wait_timeout(q, left)
+                            .map_or_else(|p| p.into_inner().0, |(q, _)| q);
+                    }
+                    None => q = shared.wake.wait(q).unwrap_or_else(|p| p.into_inner()),
                 }
-                q = shared.wake.wait(q).unwrap_or_else(|p| p.into_inner());
             }
         };
         if Instant::now() >= next.until {
             shared.lock().lost += 1;
             continue;
         }
-        let done = match conn.take().map_or_else(|| connect(&shared.client), Ok) {
+        let outcome = match conn.take().map_or_else(|| connect(&shared.client), Ok) {
             Ok(mut c) => match next.write.run(&mut c) {
                 Ok(()) => {
                     conn = Some(c);
-                    true
+                    Ok(())
+                }
+                // Redis answered, with an error: the connection is fine, the write is
+                // not (for now).
+                Err(e) if !e.is_io_error() && !e.is_unrecoverable_error() => {
+                    conn = Some(c);
+                    Err(true)
                 }
                 // The connection's state is unknown: dropped.
-                Err(_) => false,
+                Err(_) => Err(false),
             },
-            Err(_) => false,
+            Err(_) => Err(false),
         };
-        if done {
-            backoff = FIRST_BACKOFF;
+        let mut q = shared.lock();
+        let round = match outcome {
+            Ok(()) => {
+                backoff = FIRST_BACKOFF;
+                refused = 0;
+                continue;
+            }
+            Err(true) => {
+                // To the back: it does not hold up the others.
+                refused += 1;
+                let round = refused > q.waiting.len();
+                q.bytes += next.write.bytes();
+                q.waiting.push_back(next);
+                round
+            }
+            Err(false) => {
+                // Redis unreachable: the oldest is tried again first.
+                q.bytes += next.write.bytes();
+                q.waiting.push_front(next);
+                true
+            }
+        };
+        if !round {
             continue;
         }
-        let mut q = shared.lock();
-        q.bytes += next.write.bytes();
-        q.waiting.push_front(next);
-        // Woken early only to stop (a push notifies, but the wait goes on: the head
-        // write is retried first).
+        refused = 0;
+        // Woken early only to stop (a push notifies, but the wait goes on).
         let until = Instant::now() + backoff;
         while !q.closed {
             let left = until.saturating_duration_since(Instant::now());
@@ -227,5 +300,17 @@ mod tests {
         }
         let len = retries.len();
         assert!((14..=15).contains(&len), "{len} of 1 MiB each");
+        // One write over the bound alone is dropped, not every write before it.
+        retries.push(Write::sample(99, MAX_BYTES));
+        assert_eq!(retries.len(), len);
+    }
+
+    #[test]
+    fn a_ttl_past_the_clocks_range_does_not_panic() {
+        let client = Client::open("redis://127.0.0.1:1/").unwrap();
+        let retries = Retries::new(client, Duration::MAX);
+        retries.push(Write::sample(1, 1));
+        retries.push_later(Write::sample(2, 1), Duration::MAX);
+        assert!(retries.len() >= 1);
     }
 }

@@ -84,6 +84,31 @@ impl RedisServer {
         BufReader::new(s).read_line(&mut line).unwrap();
         line.trim_end().to_owned()
     }
+
+    /// The keys matching `pattern` (`KEYS`), sorted.
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+            .unwrap_or_else(|e| panic!("cannot reach redis-server on {addr}: {e}"));
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        s.write_all(format!("KEYS {pattern}\r\n").as_bytes())
+            .unwrap();
+        let mut r = BufReader::new(s);
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        let n: usize = line.trim_end().trim_start_matches('*').parse().unwrap();
+        let mut keys = Vec::new();
+        for _ in 0..n {
+            // `$LEN`, then the key (these keys hold no line breaks).
+            for _ in 0..2 {
+                line.clear();
+                r.read_line(&mut line).unwrap();
+            }
+            keys.push(line.trim_end().to_owned());
+        }
+        keys.sort();
+        keys
+    }
 }
 
 impl Drop for RedisServer {
@@ -127,6 +152,10 @@ impl Link {
                     continue;
                 };
                 let mut open = o.lock().unwrap();
+                // Cut meanwhile (`cut` empties `open` under this lock): not kept.
+                if !u.load(Ordering::SeqCst) {
+                    continue;
+                }
                 for (from, into) in [(&client, &server), (&server, &client)] {
                     let (mut from, mut into) =
                         (from.try_clone().unwrap(), into.try_clone().unwrap());
