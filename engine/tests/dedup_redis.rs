@@ -336,84 +336,11 @@ fn a_call_outliving_its_marker_leaves_the_next_claim_alone() {
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
-/// Redis unreachable when a call ends (the link to it cut, its data kept): the answer
-/// is stored once it is reachable again, and a retry then gets it. (Before, the
-/// claim's marker stayed until the TTL: retries were told -32042 for ten minutes.)
-#[test]
-fn an_answer_redis_missed_is_stored_when_it_is_back() {
-    let redis = RedisServer::start();
-    let link = Link::to(&redis);
-    let (runs, gate) = (
-        Arc::new(AtomicUsize::new(0)),
-        Arc::new(AtomicBool::new(false)),
-    );
+/// An engine whose de-duplicated `gated_incr` (params `[GATE]`, 0 or 1) counts its runs
+/// in `runs`, then holds until `gates[GATE]` opens; Redis at `url`.
+fn gated_engine(url: &str, runs: &Arc<AtomicUsize>, gates: &Arc<[AtomicBool; 2]>) -> Engine {
     let mut b = demo::builder();
-    let (r, g) = (Arc::clone(&runs), Arc::clone(&gate));
-    b.blocking_method(
-        "gated_incr",
-        move |_p: Params<'_>| -> Result<usize, RpcError> {
-            let n = r.fetch_add(1, Ordering::SeqCst) + 1;
-            while !g.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Ok(n)
-        },
-    )
-    .unwrap()
-    .dedup("gated_incr")
-    .unwrap();
-    let engine = Engine::new(b.freeze(), Config::default())
-        .with_guard(guard())
-        .with_dedup(Dedup::redis(&link.url(), TTL, false).unwrap());
-    let call = json!({"jsonrpc":"2.0","method":"gated_incr","params":[],"id":7});
-    std::thread::scope(|s| {
-        let first = s.spawn(|| Caller::new(&engine, "t").call(call.clone()));
-        let started = Instant::now();
-        while runs.load(Ordering::SeqCst) == 0 {
-            assert!(!first.is_finished(), "the call did not run");
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "not run in 10 s"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        // Claimed, running: now Redis cannot be reached, and the call ends.
-        link.cut();
-        gate.store(true, Ordering::SeqCst);
-        assert_eq!(first.join().unwrap()["result"], 1, "answered all the same");
-    });
-    let mut retry = Caller::new(&engine, "t");
-    let v = retry.call(call.clone());
-    assert_eq!(code(&v), Some(-32000), "unreachable: {v}");
-    std::thread::sleep(Duration::from_millis(300));
-    link.restore();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let v = loop {
-        let v = retry.call(call.clone());
-        if code(&v) != Some(-32042) && code(&v) != Some(-32000) {
-            break v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not stored 10 s after Redis came back: {v}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(v, json!({"jsonrpc":"2.0","id":7,"result":1}));
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
-}
-
-/// A write Redis refuses (here: the claim's key turned into a hash behind the store's
-/// back, so its compare-and-set fails with WRONGTYPE) does not hold up the answers
-/// waiting behind it: it goes to the back, and they are stored once Redis is back.
-#[test]
-fn an_answer_redis_refuses_does_not_hold_up_the_others() {
-    let redis = RedisServer::start();
-    let link = Link::to(&redis);
-    let runs = Arc::new(AtomicUsize::new(0));
-    let gates = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
-    let mut b = demo::builder();
-    let (r, g) = (Arc::clone(&runs), Arc::clone(&gates));
+    let (r, g) = (Arc::clone(runs), Arc::clone(gates));
     b.blocking_method(
         "gated_incr",
         move |p: Params<'_>| -> Result<usize, RpcError> {
@@ -428,23 +355,88 @@ fn an_answer_redis_refuses_does_not_hold_up_the_others() {
     .unwrap()
     .dedup("gated_incr")
     .unwrap();
-    let engine = Engine::new(b.freeze(), Config::default())
+    Engine::new(b.freeze(), Config::default())
         .with_guard(guard())
-        .with_dedup(Dedup::redis(&link.url(), TTL, false).unwrap());
-    let call =
-        |gate: usize| json!({"jsonrpc":"2.0","method":"gated_incr","params":[gate],"id":gate});
-    let wait_for = |what: &dyn Fn() -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !what() {
-            assert!(Instant::now() < deadline, "timed out");
-            std::thread::sleep(Duration::from_millis(5));
+        .with_dedup(Dedup::redis(url, TTL, false).unwrap())
+}
+
+/// A `gated_incr` call held by gate `gate`, with id `id`.
+fn gated(gate: usize, id: u64) -> Value {
+    json!({"jsonrpc":"2.0","method":"gated_incr","params":[gate],"id":id})
+}
+
+/// Waits (at most 10 s) until `what` holds.
+fn wait_for(what: &dyn Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !what() {
+        assert!(Instant::now() < deadline, "timed out");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// `call` retried by `c` until it is neither refused for Redis (-32000) nor in progress
+/// (-32042): its stored answer, within 10 s.
+fn once_stored(c: &mut Caller<'_>, call: &Value) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v = c.call(call.clone());
+        if code(&v) != Some(-32042) && code(&v) != Some(-32000) {
+            return v;
         }
-    };
+        assert!(
+            Instant::now() < deadline,
+            "not stored 10 s after Redis came back: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Redis unreachable when a call ends (the link to it cut, its data kept): the answer
+/// is stored once it is reachable again, and a retry then gets it. (Before, the
+/// claim's marker stayed until the TTL: retries were told -32042 for ten minutes.)
+#[test]
+fn an_answer_redis_missed_is_stored_when_it_is_back() {
+    let redis = RedisServer::start();
+    let link = Link::to(&redis);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let gates = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+    let engine = gated_engine(&link.url(), &runs, &gates);
+    let call = gated(0, 7);
     std::thread::scope(|s| {
-        let a = s.spawn(|| Caller::new(&engine, "t").call(call(0)));
+        let first = s.spawn(|| Caller::new(&engine, "t").call(call.clone()));
+        wait_for(&|| runs.load(Ordering::SeqCst) == 1 || first.is_finished());
+        // Claimed, running: now Redis cannot be reached, and the call ends.
+        link.cut();
+        gates[0].store(true, Ordering::SeqCst);
+        assert_eq!(first.join().unwrap()["result"], 1, "answered all the same");
+    });
+    let mut retry = Caller::new(&engine, "t");
+    let v = retry.call(call.clone());
+    assert_eq!(code(&v), Some(-32000), "unreachable: {v}");
+    std::thread::sleep(Duration::from_millis(300));
+    link.restore();
+    assert_eq!(
+        once_stored(&mut retry, &call),
+        json!({"jsonrpc":"2.0","id":7,"result":1})
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
+}
+
+/// A write Redis refuses (here: the claim's key turned into a hash behind the store's
+/// back, so its compare-and-set fails with WRONGTYPE) does not hold up the answers
+/// waiting behind it: it goes to the back, and they are stored once Redis is back.
+#[test]
+fn an_answer_redis_refuses_does_not_hold_up_the_others() {
+    let redis = RedisServer::start();
+    let link = Link::to(&redis);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let gates = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+    let engine = gated_engine(&link.url(), &runs, &gates);
+    std::thread::scope(|s| {
+        let a = s.spawn(|| Caller::new(&engine, "t").call(gated(0, 0)));
         wait_for(&|| runs.load(Ordering::SeqCst) == 1);
         let key_a = redis.keys("ringrpc:dedup:*").pop().expect("A's marker");
-        let b = s.spawn(|| Caller::new(&engine, "t").call(call(1)));
+        let b = s.spawn(|| Caller::new(&engine, "t").call(gated(1, 1)));
         wait_for(&|| runs.load(Ordering::SeqCst) == 2);
         // Both answers miss Redis, A's first.
         link.cut();
@@ -458,19 +450,10 @@ fn an_answer_redis_refuses_does_not_hold_up_the_others() {
     });
     link.restore();
     let mut retry = Caller::new(&engine, "t");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let v = loop {
-        let v = retry.call(call(1));
-        if code(&v) != Some(-32042) && code(&v) != Some(-32000) {
-            break v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "B not stored 10 s after Redis came back: {v}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(v, json!({"jsonrpc":"2.0","id":1,"result":2}));
+    assert_eq!(
+        once_stored(&mut retry, &gated(1, 1)),
+        json!({"jsonrpc":"2.0","id":1,"result":2})
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
