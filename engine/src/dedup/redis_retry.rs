@@ -230,27 +230,22 @@ fn run(shared: &Shared) {
             },
             Err(_) => Err(false),
         };
+        let Err(answered) = outcome else {
+            backoff = FIRST_BACKOFF;
+            refused = 0;
+            continue;
+        };
         let mut q = shared.lock();
-        let round = match outcome {
-            Ok(()) => {
-                backoff = FIRST_BACKOFF;
-                refused = 0;
-                continue;
-            }
-            Err(true) => {
-                // To the back: it does not hold up the others.
-                refused += 1;
-                let round = refused > q.waiting.len();
-                q.bytes += next.write.bytes();
-                q.waiting.push_back(next);
-                round
-            }
-            Err(false) => {
-                // Redis unreachable: the oldest is tried again first.
-                q.bytes += next.write.bytes();
-                q.waiting.push_front(next);
-                true
-            }
+        q.bytes += next.write.bytes();
+        let round = if answered {
+            // Redis refused it: to the back, so as not to hold up the others.
+            refused += 1;
+            q.waiting.push_back(next);
+            refused >= q.waiting.len()
+        } else {
+            // Redis unreachable: the oldest is tried again first.
+            q.waiting.push_front(next);
+            true
         };
         if !round {
             continue;

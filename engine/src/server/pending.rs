@@ -856,8 +856,6 @@ impl Pending {
 }
 
 impl Pending {
-    /// Element `i` of `slot` was answered with `code` in `bytes_out` bytes: counts it,
-    /// logs it, runs the after hook.
     /// Puts element `i`'s answer (`code`'s; empty for a notification) into its slot, and
     /// counts, logs and hooks it as what the client gets: the -32002 written in its
     /// place if the batch's budget cut it.
@@ -869,6 +867,8 @@ impl Pending {
         self.after(slot, i, code, bytes);
     }
 
+    /// Element `i` of `slot` was answered with `code` in `bytes_out` bytes: counts it,
+    /// logs it, runs the after hook.
     fn after(&self, slot: &mut Slot, i: usize, code: Option<i32>, bytes_out: usize) {
         if let Some(f) = &mut slot.inflight {
             f.done();

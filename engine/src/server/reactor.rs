@@ -1298,9 +1298,7 @@ fn answer(
                 let body = conn.out.split_off(body_at);
                 http::cancel_json_response(&mut conn.out, h);
                 let secs = all_limited.map_or(1, |l| l.retry_after_secs());
-                let secs = itoa::Buffer::new().format(secs).to_owned();
-                let extra = [("Retry-After", secs.as_str())];
-                http::write_json_status(&mut conn.out, 429, reply, &ctx.http, &extra, &body);
+                write_too_many(&mut conn.out, reply, &ctx.http, secs, &body);
             }
             (Some((h, reply)), Outcome::Reply) => match &trace {
                 None => http::finish_json_response(&mut conn.out, h, reply, &ctx.http),
@@ -1312,9 +1310,7 @@ fn answer(
                     // Notifications only, every one refused by a rate limit: no body to
                     // send, but the status says so.
                     Some(l) => {
-                        let secs = itoa::Buffer::new().format(l.retry_after_secs()).to_owned();
-                        let extra = [("Retry-After", secs.as_str())];
-                        http::write_head(&mut conn.out, 429, 0, reply, &ctx.http, &extra);
+                        write_too_many(&mut conn.out, reply, &ctx.http, l.retry_after_secs(), &[]);
                     }
                     None => http::write_no_content(&mut conn.out, reply, &ctx.http),
                 }
@@ -1372,6 +1368,18 @@ fn open_slot(
     conn.release_ready(&ctx.pending);
 }
 
+/// `429 Too Many Requests` with `Retry-After: secs` and `body`, the JSON-RPC errors;
+/// with no body at all when it is empty (notifications only).
+fn write_too_many(out: &mut Vec<u8>, reply: Reply, server: &ServerHeaders, secs: u64, body: &[u8]) {
+    let mut digits = itoa::Buffer::new();
+    let extra = [("Retry-After", digits.format(secs))];
+    if body.is_empty() {
+        http::write_head(out, 429, 0, reply, server, &extra);
+    } else {
+        http::write_json_status(out, 429, reply, server, &extra, body);
+    }
+}
+
 /// Answers an HTTP request whose credentials the guard refused: 401 with
 /// `WWW-Authenticate` and a JSON-RPC error body (`-32040`, id `null`: the body was not
 /// read), counted as an authentication failure; or, when its address failed too often
@@ -1390,9 +1398,7 @@ fn refuse_unauthenticated(
         if let Some(m) = ctx.pending.metrics() {
             m.event(crate::metrics::Event::RateLimited);
         }
-        let secs = itoa::Buffer::new().format(l.retry_after_secs()).to_owned();
-        let extra = [("Retry-After", secs.as_str())];
-        http::write_json_status(&mut conn.out, 429, reply, &ctx.http, &extra, &body);
+        write_too_many(&mut conn.out, reply, &ctx.http, l.retry_after_secs(), &body);
         return;
     }
     if let Some(m) = ctx.pending.metrics() {
