@@ -1071,34 +1071,47 @@ impl Engine {
     /// store large enough to miss the caches ([`Dedup::fetch_ahead`]). `len` is the
     /// length of the frame before it, the likely length of `next`'s.
     ///
-    /// A client counting its calls (its last two keyed ids one apart) most likely sends
-    /// ids that go on counting. The session's last keyed id `x` is the call before the
-    /// current one (`x + 1`), and `next` is `x + 2`'s: when `x + 2` is in `x + 1`'s group
-    /// of four, its index line is the one the current claim reads first (see
-    /// `dedup::memory::grouped`), and nothing is peeked at or fetched, three calls in
-    /// four; a group's first call is still fetched a whole call ahead
-    /// (docs/PERFORMANCE.md, stop 36). A wrong guess costs a call its hint, and the
-    /// session then peeks again.
+    /// A client counting its calls (its last two keyed ids one apart, up or down) most
+    /// likely sends ids that go on counting. The session's last keyed id `x` is the
+    /// call before the current one (`x ± 1`), and the next call is most likely `x ± 2`:
+    /// when that is in the current call's group of four, its index line is the one the
+    /// current claim reads first (see `dedup::memory::grouped`), and nothing is
+    /// fetched, three calls in four; when it starts the next group, that id's line is
+    /// fetched, without peeking at `next`. A wrong guess fetches a line no call needs
+    /// and costs the next call its hint; the session then peeks again, until the ids
+    /// count again (docs/PERFORMANCE.md, stops 36 and 38).
     #[inline(always)]
     pub(crate) fn prefetch_frame(&self, next: &[u8], len: usize, session: &crate::guard::Session) {
         match session.take_keyed() {
             None => {}
-            Some(Some(x))
-                if x.checked_add(2)
-                    .is_some_and(|n| crate::dedup::same_group(x + 1, n)) => {}
-            Some(_) => self.prefetch_keyed(next, len, session),
+            Some(Some((current, after))) if crate::dedup::same_group(current, after) => {}
+            Some(guess) => self.prefetch_keyed(next, len, guess.map(|(_, after)| after), session),
         }
     }
 
-    /// [`Engine::prefetch_frame`]'s work, once it is worth it.
+    /// [`Engine::prefetch_frame`]'s work, once it is worth it: the line of the id
+    /// `guess`, or else of the id peeked at in `next`.
     #[inline(never)]
-    fn prefetch_keyed(&self, next: &[u8], len: usize, session: &crate::guard::Session) {
+    fn prefetch_keyed(
+        &self,
+        next: &[u8],
+        len: usize,
+        guess: Option<u64>,
+        session: &crate::guard::Session,
+    ) {
         let Some(crate::dedup::Backend::Memory(store)) = self.dedup.as_ref().map(|d| &*d.store)
         else {
             return;
         };
         session.with_identity(|who| {
-            if let (Some(who), Some(id)) = (who, crate::codec::peek::id(next, len)) {
+            let Some(who) = who else {
+                return;
+            };
+            let id = match guess {
+                Some(u) => Some(Id::UInt(u)),
+                None => crate::codec::peek::id(next, len),
+            };
+            if let Some(id) = id {
                 store.prefetch(&crate::dedup::Store::id_digest(store, &who, id));
             }
         });

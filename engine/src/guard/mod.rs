@@ -638,8 +638,9 @@ pub struct Session {
     keyed: std::cell::Cell<bool>,
     /// The last such call's id, when a non-negative integer.
     last_id: std::cell::Cell<Option<u64>>,
-    /// Whether that id was one more than the id before it: the client counts its calls.
-    counting: std::cell::Cell<bool>,
+    /// How that id followed the id before it: 1 when one more, -1 when one less (the
+    /// client counts its calls, up or down), else 0.
+    step: std::cell::Cell<i8>,
 }
 
 impl fmt::Debug for Session {
@@ -671,20 +672,35 @@ impl Session {
             Id::Int(i) => u64::try_from(i).ok(),
             _ => None,
         };
-        let next = self.last_id.get().and_then(|p| p.checked_add(1));
-        self.counting.set(counted.is_some() && counted == next);
+        let step = match (self.last_id.get(), counted) {
+            (Some(p), Some(c)) if p.checked_add(1) == Some(c) => 1,
+            (Some(p), Some(c)) if p.checked_sub(1) == Some(c) => -1,
+            _ => 0,
+        };
+        self.step.set(step);
         self.last_id.set(counted);
         self.keyed.set(true);
     }
 
-    /// Whether a call was keyed since the last look, forgetting it; and, if so, the
-    /// id of a client counting its calls (see `set_keyed`).
+    /// Whether a call was keyed since the last look, forgetting it; and, if so, for a
+    /// client counting its calls (see `set_keyed`), the ids it most likely sends next:
+    /// the last id's two successors in its direction. (Counting down is what a client
+    /// refilling several freed slots at once from a stack does: loadgen's refills.)
     #[inline]
-    pub(crate) fn take_keyed(&self) -> Option<Option<u64>> {
+    pub(crate) fn take_keyed(&self) -> Option<Option<(u64, u64)>> {
         if !self.keyed.replace(false) {
             return None;
         }
-        Some(self.last_id.get().filter(|_| self.counting.get()))
+        let next = |x: u64, n: u64| match self.step.get() {
+            1 => x.checked_add(n),
+            -1 => x.checked_sub(n),
+            _ => None,
+        };
+        Some(
+            self.last_id
+                .get()
+                .and_then(|x| Some((next(x, 1)?, next(x, 2)?))),
+        )
     }
 
     /// Runs `f` with the identity, borrowed (no reference count touched).
@@ -819,7 +835,22 @@ mod tests {
         assert_eq!(s.take_keyed(), Some(None), "one id: not yet counting");
         assert_eq!(s.take_keyed(), None, "taken");
         s.set_keyed(Id::Int(8));
-        assert_eq!(s.take_keyed(), Some(Some(8)), "7 then 8");
+        assert_eq!(s.take_keyed(), Some(Some((9, 10))), "7 then 8");
+        s.set_keyed(Id::UInt(7));
+        assert_eq!(
+            s.take_keyed(),
+            Some(Some((6, 5))),
+            "8 then 7: counting down"
+        );
+        s.set_keyed(Id::UInt(6));
+        s.set_keyed(Id::UInt(5));
+        assert_eq!(s.take_keyed(), Some(Some((4, 3))), "still down");
+        s.set_keyed(Id::UInt(1));
+        s.set_keyed(Id::UInt(0));
+        assert_eq!(s.take_keyed(), Some(None), "down to 0: no successors");
+        s.set_keyed(Id::UInt(2));
+        s.set_keyed(Id::UInt(1));
+        assert_eq!(s.take_keyed(), Some(None), "down to 1: one successor only");
         s.set_keyed(Id::UInt(10));
         assert_eq!(s.take_keyed(), Some(None), "a gap");
         s.set_keyed(Id::UInt(11));
@@ -831,6 +862,9 @@ mod tests {
         s.set_keyed(Id::UInt(u64::MAX));
         s.set_keyed(Id::UInt(0));
         assert_eq!(s.take_keyed(), Some(None), "no wrap-around");
+        s.set_keyed(Id::UInt(u64::MAX - 1));
+        s.set_keyed(Id::UInt(u64::MAX));
+        assert_eq!(s.take_keyed(), Some(None), "up to the top: no successors");
     }
 
     #[test]
