@@ -175,7 +175,12 @@ impl Ring {
     }
 
     fn front(&self) -> Option<&Slot> {
-        self.get(0)
+        // (`front` is always a place in the buffer: no wrap to compute.)
+        if self.len > 0 {
+            self.buf.get(self.front)
+        } else {
+            None
+        }
     }
 
     #[cfg(test)]
@@ -184,7 +189,11 @@ impl Ring {
     }
 
     fn front_mut(&mut self) -> Option<&mut Slot> {
-        self.get_mut(0)
+        if self.len > 0 {
+            self.buf.get_mut(self.front)
+        } else {
+            None
+        }
     }
 
     /// Drops the oldest slot without moving it: its place keeps what it held until a
@@ -682,8 +691,13 @@ impl Shard {
     /// stale entry is kept as a live one is (a rebuild drops it).
     #[inline]
     fn clean_run(&mut self, at: usize, end: usize) {
-        // Holes not refilled yet, in the walk's order (the earliest first).
-        let mut holes = [0usize; CLEAN_HOLES];
+        // Holes not refilled yet, in the walk's order (the earliest first): places as
+        // `u32`, so that zeroing the array is a few stores, not a call of `memset`
+        // (a table of more places is not cleaned: a rebuild drops its stale entries).
+        if u32::try_from(self.index.mask()).is_err() {
+            return;
+        }
+        let mut holes = [0u32; CLEAN_HOLES];
         let mut open = 0;
         let mask = self.index.mask();
         let mut j = (at + 1) & mask;
@@ -694,7 +708,7 @@ impl Shard {
             if open < CLEAN_HOLES && self.stale(e) {
                 self.index.table[j] = 0;
                 self.index.len -= 1;
-                holes[open] = j;
+                holes[open] = j as u32;
                 open += 1;
             } else if open > 0 {
                 // Holes nearer `j` than `e`'s home are after it, allowed to `e`.
@@ -702,12 +716,12 @@ impl Shard {
                 let open_holes = &holes[..open];
                 if let Some(i) = open_holes
                     .iter()
-                    .position(|&h| j.wrapping_sub(h) & mask <= reach)
+                    .position(|&h| j.wrapping_sub(h as usize) & mask <= reach)
                 {
-                    self.index.table[holes[i]] = e;
+                    self.index.table[holes[i] as usize] = e;
                     self.index.table[j] = 0;
                     holes.copy_within(i + 1..open, i);
-                    holes[open - 1] = j;
+                    holes[open - 1] = j as u32;
                 }
             }
             j = (j + 1) & mask;
@@ -788,8 +802,15 @@ impl Shard {
     #[inline]
     fn running(&self, seq: u64, key: u64, fp: u64) -> Option<(u64, usize)> {
         let is = |s: &Slot| s.key == key && s.fp == fp && s.state == State::Running;
-        if self.get(seq).is_some_and(is) {
-            return Some((seq, self.slots.place((seq - self.head) as usize)));
+        let claimed = seq
+            .checked_sub(self.head)
+            .and_then(|i| usize::try_from(i).ok())
+            .filter(|&i| i < self.slots.len());
+        if let Some(i) = claimed {
+            let at = self.slots.place(i);
+            if self.slots.buf.get(at).is_some_and(is) {
+                return Some((seq, at));
+            }
         }
         self.moved(key, fp)
     }
