@@ -1065,27 +1065,18 @@ impl Engine {
     /// claim, so that the fetch overlaps the work on the frame before it: in a server,
     /// where the socket work between two calls evicts the store from the CPU's caches,
     /// that line is otherwise a wait of its own in every de-duplicated call. A hint
-    /// only: the id is peeked at, not parsed ([`crate::codec::peek`]); a wrong one
-    /// fetches a line no call needs. Only a flag read for a connection whose last call
-    /// was not de-duplicated by its identity and id, or whose engine has no memory
-    /// store large enough to miss the caches ([`Dedup::fetch_ahead`]). `len` is the
-    /// length of the frame before it, the likely length of `next`'s.
-    ///
-    /// A client counting its calls (its last two keyed ids one apart, up or down) most
-    /// likely sends ids that go on counting. The session's last keyed id `x` is the
-    /// call before the current one (`x ± 1`), and the next call is most likely `x ± 2`:
-    /// when that is in the current call's group of four, its index line is the one the
-    /// current claim reads first (see `dedup::memory::grouped`), and nothing is
-    /// fetched, three calls in four; when it starts the next group, that id's line is
-    /// fetched, without peeking at `next`. A wrong guess fetches a line no call needs
-    /// and costs the next call its hint; the session then peeks again, until the ids
-    /// count again (docs/PERFORMANCE.md, stops 36 and 38).
+    /// only: the id is guessed, or peeked at, not parsed ([`crate::codec::peek`]); a
+    /// wrong one fetches a line no call needs. Only a flag read for a connection whose
+    /// last call was not de-duplicated by its identity and id, or whose engine has no
+    /// memory store large enough to miss the caches ([`Dedup::fetch_ahead`]). `len` is
+    /// the length of the frame before it, the likely length of `next`'s. See [`ahead`]
+    /// for what is fetched when.
     #[inline(always)]
     pub(crate) fn prefetch_frame(&self, next: &[u8], len: usize, session: &crate::guard::Session) {
-        match session.take_keyed() {
-            None => {}
-            Some(Some((current, after))) if crate::dedup::same_group(current, after) => {}
-            Some(guess) => self.prefetch_keyed(next, len, guess.map(|(_, after)| after), session),
+        match ahead(session.take_keyed(), next.is_empty()) {
+            Ahead::Nothing => {}
+            Ahead::Guess(id) => self.prefetch_keyed(next, len, Some(id), session),
+            Ahead::Peek => self.prefetch_keyed(next, len, None, session),
         }
     }
 
@@ -1796,4 +1787,79 @@ enum Answer {
     Nothing,
     /// The answer comes later.
     Later,
+}
+
+/// What [`Engine::prefetch_frame`] fetches ahead for the next frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ahead {
+    /// Nothing: no call of the connection was keyed since the last look, or the next
+    /// call's line is the current call's.
+    Nothing,
+    /// The line of this id, guessed.
+    Guess(u64),
+    /// The line of the id peeked at in the next frame.
+    Peek,
+}
+
+/// What to fetch ahead, from what the session says of the calls keyed since the last
+/// look (`Session::take_keyed`) and whether a next frame has arrived (`no_next`: none).
+///
+/// A client counting its calls (its last two keyed ids one apart, up or down) most
+/// likely sends ids that go on counting. The session's last keyed id `x` is the call
+/// before the current one (`x ± 1`), and the next call is most likely `x ± 2`: when
+/// that is in the current call's group of four, its index line is the one the current
+/// claim reads first (see `dedup::memory::grouped`), and nothing is fetched, three
+/// calls in four; when it starts the next group, that id's line is fetched, guessed
+/// rather than peeked at (docs/PERFORMANCE.md, stop 38), once the next frame has begun
+/// to arrive (a fetch for a frame still to be read is pushed out by the socket work
+/// before it). When the ids stop counting (a client's jump to another range), two
+/// calls go without their hint: the one after the last guess (its line guessed
+/// wrong), and the one after it (skipped on the old count); the session then peeks,
+/// until the ids count again.
+fn ahead(keyed: Option<Option<(u64, u64)>>, no_next: bool) -> Ahead {
+    match keyed {
+        None => Ahead::Nothing,
+        Some(Some((current, after))) if crate::dedup::same_group(current, after) => Ahead::Nothing,
+        _ if no_next => Ahead::Nothing,
+        Some(Some((_, after))) => Ahead::Guess(after),
+        Some(None) => Ahead::Peek,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ahead, Ahead};
+    use crate::codec::Id;
+    use crate::guard::Session;
+
+    /// The fetch-ahead's choice for a session that saw `ids` keyed, in order.
+    fn after(ids: &[u64], no_next: bool) -> Ahead {
+        let s = Session::new();
+        for &id in ids {
+            s.set_keyed(Id::UInt(id));
+        }
+        ahead(s.take_keyed(), no_next)
+    }
+
+    #[test]
+    fn the_fetch_ahead_skips_a_group_guesses_the_next_and_peeks_otherwise() {
+        // Counting up: after 0, 1 the current call is 2 and the next 3, one group.
+        assert_eq!(after(&[0, 1], false), Ahead::Nothing);
+        // After 1, 2: the current call is 3, the next 4 starts the next group.
+        assert_eq!(after(&[1, 2], false), Ahead::Guess(4));
+        // Counting down: after 7, 6 the current call is 5, the next 4, one group.
+        assert_eq!(after(&[7, 6], false), Ahead::Nothing);
+        // After 6, 5: the current call is 4, the next 3 ends the group before.
+        assert_eq!(after(&[6, 5], false), Ahead::Guess(3));
+        // Not counting: peeked at.
+        assert_eq!(after(&[5, 9], false), Ahead::Peek);
+        assert_eq!(after(&[9], false), Ahead::Peek);
+        // No next frame yet: nothing, unless the group's line is the current one's.
+        assert_eq!(after(&[1, 2], true), Ahead::Nothing);
+        assert_eq!(after(&[5, 9], true), Ahead::Nothing);
+        // Nothing keyed since the last look.
+        assert_eq!(ahead(None, false), Ahead::Nothing);
+        // Counting down to the bottom: no successor to guess, peeked at.
+        assert_eq!(after(&[2, 1], false), Ahead::Peek);
+    }
 }
