@@ -1792,8 +1792,8 @@ enum Answer {
 /// What [`Engine::prefetch_frame`] fetches ahead for the next frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Ahead {
-    /// Nothing: no call of the connection was keyed since the last look, or the next
-    /// call's line is the current call's.
+    /// Nothing: no call of the connection was keyed since the last look, the next
+    /// call's line is the current call's, or no next frame has begun to arrive.
     Nothing,
     /// The line of this id, guessed.
     Guess(u64),
@@ -1812,10 +1812,10 @@ enum Ahead {
 /// calls in four; when it starts the next group, that id's line is fetched, guessed
 /// rather than peeked at (docs/PERFORMANCE.md, stop 38), once the next frame has begun
 /// to arrive (a fetch for a frame still to be read is pushed out by the socket work
-/// before it). When the ids stop counting (a client's jump to another range), two
-/// calls go without their hint: the one after the last guess (its line guessed
-/// wrong), and the one after it (skipped on the old count); the session then peeks,
-/// until the ids count again.
+/// before it). When the ids jump (a client's move to another range), the first two
+/// calls after the jump go without their hint (each skipped or guessed on the old
+/// count; a wrong guess also fetches a line no call needs); the third is peeked at,
+/// and so on until the ids count again.
 fn ahead(keyed: Option<Option<(u64, u64)>>, no_next: bool) -> Ahead {
     match keyed {
         None => Ahead::Nothing,
@@ -1854,7 +1854,7 @@ mod tests {
         // Not counting: peeked at.
         assert_eq!(after(&[5, 9], false), Ahead::Peek);
         assert_eq!(after(&[9], false), Ahead::Peek);
-        // No next frame yet: nothing, unless the group's line is the current one's.
+        // No next frame yet: nothing.
         assert_eq!(after(&[1, 2], true), Ahead::Nothing);
         assert_eq!(after(&[5, 9], true), Ahead::Nothing);
         // Nothing keyed since the last look.
