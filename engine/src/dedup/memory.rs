@@ -1497,6 +1497,28 @@ mod tests {
     }
 
     #[test]
+    fn answers_of_every_short_length_replay_whole() {
+        // Every length an answer is kept in its slot at, and a few kept in a buffer,
+        // each replayed byte for byte.
+        let s = store(1 << 20, 60_000);
+        let fp = s.digest(&[b"f"]);
+        for n in 0..=INLINE + 10 {
+            let tail: Vec<u8> = (0..n).map(|i| b'a' + (i * 7 % 26) as u8).collect();
+            let k = s.digest(&[b"k", &n.to_le_bytes()]);
+            let mut out = Vec::new();
+            let slot = run(s.claim(&k, &fp, Id::Int(1), &mut out));
+            s.finish(&k, &fp, slot, &tail, None);
+            assert_eq!(
+                s.claim(&k, &fp, Id::Int(2), &mut out),
+                Claim::Replayed(None)
+            );
+            let mut want = br#"{"jsonrpc":"2.0","id":2,"#.to_vec();
+            want.extend_from_slice(&tail);
+            assert_eq!(out, want, "length {n}");
+        }
+    }
+
+    #[test]
     fn release_frees_only_a_running_claim() {
         let s = store(1 << 20, 60_000);
         let (k, fp) = (s.digest(&[b"k"]), s.digest(&[b"f"]));
