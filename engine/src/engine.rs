@@ -1060,6 +1060,16 @@ impl Engine {
         }
     }
 
+    /// At a server's graceful shutdown, once every call is answered: a Redis
+    /// de-duplication store makes the answers still waiting to be stored, for up to two
+    /// seconds (other threads may still hold the engine, so its drop may come only at
+    /// the process's exit, too late).
+    pub(crate) fn close_dedup(&self) {
+        if let Some(d) = &self.dedup {
+            d.close();
+        }
+    }
+
     /// Fetches ahead, without waiting, the de-duplication store's line that the call in
     /// `next` (the raw frame after the one about to be answered, whole or not) will
     /// claim, so that the fetch overlaps the work on the frame before it: in a server,

@@ -422,6 +422,69 @@ fn an_answer_redis_missed_is_stored_when_it_is_back() {
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
 }
 
+/// An engine dropped (a server's graceful shutdown) while an answer waits to be stored,
+/// Redis reachable again: the drop makes the write before it returns, so another
+/// instance's retry gets the answer. (Before, the retry thread stopped at the drop and
+/// the write was lost: the retry was told -32042 until the TTL.)
+#[test]
+fn an_answer_waiting_at_shutdown_is_stored_by_the_drop() {
+    let redis = RedisServer::start();
+    let link = Link::to(&redis);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let gates = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+    let call = gated(0, 9);
+    {
+        let engine = gated_engine(&link.url(), &runs, &gates);
+        std::thread::scope(|s| {
+            let first = s.spawn(|| Caller::new(&engine, "t").call(call.clone()));
+            wait_for(&|| runs.load(Ordering::SeqCst) == 1 || first.is_finished());
+            link.cut();
+            gates[0].store(true, Ordering::SeqCst);
+            assert_eq!(first.join().unwrap()["result"], 1);
+        });
+        // Long enough that the retry thread's backoff has grown past a second (50,
+        // 100, 200, 400, 800 ms): its next try is not due when the engine is dropped
+        // just after the link comes back.
+        std::thread::sleep(Duration::from_millis(1_600));
+        link.restore();
+    }
+    // Another instance, straight to Redis: the stored answer, the handler not run again.
+    let other = gated_engine(&redis.url(), &runs, &gates);
+    let v = Caller::new(&other, "t").call(call.clone());
+    assert_eq!(v, json!({"jsonrpc":"2.0","id":9,"result":1}), "{v}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
+}
+
+/// The same through a server's graceful shutdown, with the engine still held elsewhere
+/// (its drop would come too late): `Server::run` makes the waiting write before it
+/// returns.
+#[test]
+fn a_server_shutting_down_stores_the_answer_waiting() {
+    let redis = RedisServer::start();
+    let link = Link::to(&redis);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let gates = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+    let call = gated(0, 11);
+    let engine = Arc::new(gated_engine(&link.url(), &runs, &gates));
+    let served = Served::start(Arc::clone(&engine), ServerConfig::default());
+    let auth = [("Authorization", "Bearer t")];
+    std::thread::scope(|s| {
+        let first = s.spawn(|| post(served.http, &auth, &call));
+        wait_for(&|| runs.load(Ordering::SeqCst) == 1 || first.is_finished());
+        link.cut();
+        gates[0].store(true, Ordering::SeqCst);
+        assert_eq!(first.join().unwrap()["result"], 1);
+    });
+    std::thread::sleep(Duration::from_millis(1_600));
+    link.restore();
+    served.stop();
+    let other = gated_engine(&redis.url(), &runs, &gates);
+    let v = Caller::new(&other, "t").call(call.clone());
+    assert_eq!(v, json!({"jsonrpc":"2.0","id":11,"result":1}), "{v}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
+    drop(engine);
+}
+
 /// A write Redis refuses (here: the claim's key turned into a hash behind the store's
 /// back, so its compare-and-set fails with WRONGTYPE) does not hold up the answers
 /// waiting behind it: it goes to the back, and they are stored once Redis is back.

@@ -278,6 +278,16 @@ impl fmt::Debug for Dedup {
 }
 
 impl Dedup {
+    /// At a graceful shutdown: a Redis store makes the answers still waiting to be
+    /// stored, for up to two seconds (see `redis_retry`); a memory store has none.
+    pub(crate) fn close(&self) {
+        match &*self.store {
+            Backend::Memory(_) => {}
+            #[cfg(feature = "redis")]
+            Backend::Redis(r) => r.close(),
+        }
+    }
+
     /// Answers kept in this process's memory, in at most `max_bytes` (oldest evicted
     /// first), each for `ttl`. An entry counts 96 bytes (its slot, holding an answer of
     /// up to 30 bytes after the id, and its index entry), plus the buffer of a longer

@@ -81,6 +81,12 @@ pub(crate) struct RedisStore {
 }
 
 impl RedisStore {
+    /// Makes the writes still waiting to be retried, for a short while, and stops the
+    /// retries (see [`Retries::close`]).
+    pub(crate) fn close(&self) {
+        self.retries.close();
+    }
+
     /// A store at `url`, entries kept for `ttl`; `fail_open`: claims answer
     /// [`Claim::Bypass`] instead of [`Claim::Unavailable`] when Redis fails. Does not
     /// connect: Redis may be down at start, and is retried per call.

@@ -15,8 +15,11 @@
 //! type), that write goes to the back, so it does not hold up the others, and the thread
 //! backs off only once a whole round has failed. Bounded: [`MAX_WRITES`] writes and
 //! [`MAX_BYTES`] (answers with their keys); past that the oldest, the nearest to
-//! expiring anyway, are dropped. Writes still waiting when the store is dropped or the
-//! process exits are lost (counted in a warning at the drop).
+//! expiring anyway, are dropped. When the store is dropped (a server's graceful
+//! shutdown: a deploy's restart) with writes waiting, they are tried at once, and again
+//! every [`FIRST_BACKOFF`], for up to [`FLUSH_ON_DROP`] before the drop returns; those
+//! still waiting then, or when the process ends without dropping the store, are lost
+//! (counted in a warning at the drop).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -37,6 +40,9 @@ const MAX_BYTES: usize = 16 << 20;
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
+/// How long a drop of the store waits for the writes still waiting to be made.
+const FLUSH_ON_DROP: Duration = Duration::from_secs(2);
+
 /// How often a warning about writes given up may be logged.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
@@ -56,9 +62,14 @@ struct Queue {
     waiting: VecDeque<Waiting>,
     /// The answers' bytes in `waiting`.
     bytes: usize,
-    /// The store is gone: the thread stops.
+    /// The store is gone: the thread stops, once the writes are made or `flush_until`
+    /// has passed.
     closed: bool,
+    /// Set with `closed` when writes were waiting: until when they are tried.
+    flush_until: Option<Instant>,
     started: bool,
+    /// The thread has returned.
+    stopped: bool,
     /// Writes dropped (queue full) or given up (expired) since the last warning.
     lost: u64,
 }
@@ -150,8 +161,40 @@ impl Retries {
 
 impl Drop for Retries {
     fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Retries {
+    /// Stops the retries: the writes still waiting are tried at once, and again every
+    /// [`FIRST_BACKOFF`], for up to [`FLUSH_ON_DROP`] (returning as soon as they are
+    /// made); later writes are not kept. Called by a server's graceful shutdown
+    /// (through `Engine::close_dedup`), where other threads may still hold the engine,
+    /// and by the drop; the second call does nothing.
+    pub(super) fn close(&self) {
         let mut q = self.shared.lock();
+        if q.closed {
+            return;
+        }
         q.closed = true;
+        if q.started && !q.waiting.is_empty() {
+            // Tried now, should Redis answer: otherwise these claims' markers would
+            // tell retries "in progress" until their TTL.
+            let end = Instant::now() + FLUSH_ON_DROP;
+            q.flush_until = Some(end);
+            self.shared.wake.notify_all();
+            while !q.stopped {
+                let left = end.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                q = self
+                    .shared
+                    .wake
+                    .wait_timeout(q, left)
+                    .map_or_else(|p| p.into_inner().0, |(q, _)| q);
+            }
+        }
         if !q.waiting.is_empty() {
             tracing::warn!(
                 waiting = q.waiting.len(),
@@ -160,7 +203,7 @@ impl Drop for Retries {
             );
         }
         drop(q);
-        self.shared.wake.notify_one();
+        self.shared.wake.notify_all();
     }
 }
 
@@ -178,7 +221,23 @@ fn run(shared: &Shared) {
             let mut q = shared.lock();
             loop {
                 if q.closed {
-                    return;
+                    // Dropped: the writes left are made now, whatever their due time,
+                    // until the drop's flush ends.
+                    let flushing = q.flush_until.is_some_and(|end| Instant::now() < end);
+                    match q.waiting.pop_front() {
+                        Some(w) if flushing => {
+                            q.bytes -= w.write.bytes();
+                            break w;
+                        }
+                        other => {
+                            if let Some(w) = other {
+                                q.waiting.push_front(w);
+                            }
+                            q.stopped = true;
+                            shared.wake.notify_all();
+                            return;
+                        }
+                    }
                 }
                 if q.lost > 0 && warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
                     tracing::warn!(
@@ -251,9 +310,14 @@ fn run(shared: &Shared) {
             continue;
         }
         refused = 0;
-        // Woken early only to stop (a push notifies, but the wait goes on).
-        let until = Instant::now() + backoff;
-        while !q.closed {
+        // Woken early only by the drop (a push notifies, but the wait goes on), whose
+        // flush then tries at once; the flush's own waits are the first backoff's.
+        let flushing = q.closed;
+        let until = match q.flush_until {
+            Some(end) if flushing => (Instant::now() + FIRST_BACKOFF).min(end),
+            _ => Instant::now() + backoff,
+        };
+        while flushing || !q.closed {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;

@@ -283,17 +283,22 @@ impl Server {
 
     /// Runs until shut down (by a [`ServerHandle`] or a signal): accepts connections,
     /// answers requests, and on shutdown stops accepting, answers every request already
-    /// received, flushes, and returns.
+    /// received, flushes, and returns. Before it returns, a Redis de-duplication store
+    /// makes the answers it could not store yet (Redis unreachable when their calls
+    /// ended), for up to two seconds, and then keeps no more: the engine is not for
+    /// another server after this one.
     ///
     /// # Errors
     ///
     /// If the event loop or the worker threads cannot be started.
     pub fn run(mut self) -> io::Result<()> {
         let reload = self.reload.take();
+        let engine = Arc::clone(&self.engine);
         let r = reactor::run(self);
         if let Some(h) = reload {
             h.close();
         }
+        engine.close_dedup();
         r
     }
 }

@@ -121,7 +121,9 @@ impl Pump {
 /// written between answers (each subscription's id answered first) and promptly while
 /// the loop waits for input; while stdout is not read, they wait in their
 /// subscriptions' bounded queues. End of input ends every subscription
-/// ([`SinkClosed::ConnectionClosed`]).
+/// ([`SinkClosed::ConnectionClosed`]). As [`Server::run`](crate::server::Server::run)
+/// does, it has a Redis de-duplication store make the answers it could not store yet
+/// before it returns.
 ///
 /// # Errors
 ///
@@ -210,5 +212,6 @@ pub fn serve_stdio(engine: &Engine) -> io::Result<()> {
     // However the loop ended, its subscriptions' producers are told.
     push.close_all(SinkClosed::ConnectionClosed);
     count(&|m| m.connections(Transport::Stdio, -1));
+    engine.close_dedup();
     result
 }
