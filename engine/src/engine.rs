@@ -1063,10 +1063,10 @@ impl Engine {
     /// At a server's graceful shutdown, once every call is answered: a Redis
     /// de-duplication store makes the answers still waiting to be stored, for up to two
     /// seconds (other threads may still hold the engine, so its drop may come only at
-    /// the process's exit, too late).
-    pub(crate) fn close_dedup(&self) {
+    /// the process's exit, too late). The store goes on retrying later failures.
+    pub(crate) fn flush_dedup(&self) {
         if let Some(d) = &self.dedup {
-            d.close();
+            d.flush();
         }
     }
 

@@ -422,6 +422,10 @@ fn an_answer_redis_missed_is_stored_when_it_is_back() {
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
 }
 
+/// When the shutdown tests below bring Redis back and stop: midway between two of the
+/// retry thread's tries, so that only the shutdown's own flush can store the answer.
+const SHUTDOWN_AT: Duration = Duration::from_millis(2_350);
+
 /// An engine dropped (a server's graceful shutdown) while an answer waits to be stored,
 /// Redis reachable again: the drop makes the write before it returns, so another
 /// instance's retry gets the answer. (Before, the retry thread stopped at the drop and
@@ -442,10 +446,10 @@ fn an_answer_waiting_at_shutdown_is_stored_by_the_drop() {
             gates[0].store(true, Ordering::SeqCst);
             assert_eq!(first.join().unwrap()["result"], 1);
         });
-        // Long enough that the retry thread's backoff has grown past a second (50,
-        // 100, 200, 400, 800 ms): its next try is not due when the engine is dropped
-        // just after the link comes back.
-        std::thread::sleep(Duration::from_millis(1_600));
+        // The retry thread tries at about 0, 50, 150, 350, 750, 1,550 and 3,150 ms
+        // after the failure (its backoff doubling from 50 ms): the link comes back and
+        // the engine is dropped midway between the last two, ~750 ms from each.
+        std::thread::sleep(SHUTDOWN_AT);
         link.restore();
     }
     // Another instance, straight to Redis: the stored answer, the handler not run again.
@@ -475,13 +479,33 @@ fn a_server_shutting_down_stores_the_answer_waiting() {
         gates[0].store(true, Ordering::SeqCst);
         assert_eq!(first.join().unwrap()["result"], 1);
     });
-    std::thread::sleep(Duration::from_millis(1_600));
+    // (As above: between two of the retry thread's tries.)
+    std::thread::sleep(SHUTDOWN_AT);
     link.restore();
     served.stop();
     let other = gated_engine(&redis.url(), &runs, &gates);
     let v = Caller::new(&other, "t").call(call.clone());
     assert_eq!(v, json!({"jsonrpc":"2.0","id":11,"result":1}), "{v}");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
+
+    // The engine served again: its store still retries what Redis misses.
+    let served = Served::start(Arc::clone(&engine), ServerConfig::default());
+    let again = gated(1, 12);
+    std::thread::scope(|s| {
+        let first = s.spawn(|| post(served.http, &auth, &again));
+        wait_for(&|| runs.load(Ordering::SeqCst) == 2 || first.is_finished());
+        link.cut();
+        gates[1].store(true, Ordering::SeqCst);
+        assert_eq!(first.join().unwrap()["result"], 2);
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    link.restore();
+    assert_eq!(
+        once_stored(&mut Caller::new(&other, "t"), &again),
+        json!({"jsonrpc":"2.0","id":12,"result":2})
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "each handler ran once");
+    served.stop();
     drop(engine);
 }
 

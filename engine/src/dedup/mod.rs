@@ -280,11 +280,11 @@ impl fmt::Debug for Dedup {
 impl Dedup {
     /// At a graceful shutdown: a Redis store makes the answers still waiting to be
     /// stored, for up to two seconds (see `redis_retry`); a memory store has none.
-    pub(crate) fn close(&self) {
+    pub(crate) fn flush(&self) {
         match &*self.store {
             Backend::Memory(_) => {}
             #[cfg(feature = "redis")]
-            Backend::Redis(r) => r.close(),
+            Backend::Redis(r) => r.flush(),
         }
     }
 

@@ -81,10 +81,10 @@ pub(crate) struct RedisStore {
 }
 
 impl RedisStore {
-    /// Makes the writes still waiting to be retried, for a short while, and stops the
-    /// retries (see [`Retries::close`]).
-    pub(crate) fn close(&self) {
-        self.retries.close();
+    /// Makes the writes still waiting to be retried, for a short while (see
+    /// [`Retries::flush`]).
+    pub(crate) fn flush(&self) {
+        self.retries.flush();
     }
 
     /// A store at `url`, entries kept for `ttl`; `fail_open`: claims answer

@@ -15,11 +15,12 @@
 //! type), that write goes to the back, so it does not hold up the others, and the thread
 //! backs off only once a whole round has failed. Bounded: [`MAX_WRITES`] writes and
 //! [`MAX_BYTES`] (answers with their keys); past that the oldest, the nearest to
-//! expiring anyway, are dropped. When the store is dropped (a server's graceful
-//! shutdown: a deploy's restart) with writes waiting, they are tried at once, and again
-//! every [`FIRST_BACKOFF`], for up to [`FLUSH_ON_DROP`] before the drop returns; those
-//! still waiting then, or when the process ends without dropping the store, are lost
-//! (counted in a warning at the drop).
+//! expiring anyway, are dropped. At a server's graceful shutdown (a deploy's restart)
+//! the writes waiting, and one being made, are tried at once, and again every
+//! [`FIRST_BACKOFF`], for up to [`FLUSH_ON_DROP`] before the server returns
+//! ([`Retries::flush`]), and so again when the store is dropped; those still waiting
+//! then are counted in a warning, and are lost if the process ends, as are any when it
+//! is killed.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -62,14 +63,19 @@ struct Queue {
     waiting: VecDeque<Waiting>,
     /// The answers' bytes in `waiting`.
     bytes: usize,
-    /// The store is gone: the thread stops, once the writes are made or `flush_until`
-    /// has passed.
+    /// The thread is to stop: a flush ([`Retries::flush`]) or the store's drop. It
+    /// stops once the writes are made or `flush_until` has passed.
     closed: bool,
-    /// Set with `closed` when writes were waiting: until when they are tried.
+    /// Set with `closed` when writes were waiting or one was being made: until when
+    /// they are tried.
     flush_until: Option<Instant>,
+    /// For good: the store is dropped.
+    dropped: bool,
     started: bool,
     /// The thread has returned.
     stopped: bool,
+    /// A write is being made (taken out of `waiting`, not back yet).
+    in_flight: bool,
     /// Writes dropped (queue full) or given up (expired) since the last warning.
     lost: u64,
 }
@@ -116,7 +122,7 @@ impl Retries {
     /// may have run before the claim's `SET`, and found nothing to delete.)
     pub(super) fn push_later(&self, write: Write, delay: Duration) {
         let mut q = self.shared.lock();
-        if q.closed {
+        if q.dropped {
             return;
         }
         if write.bytes() > MAX_BYTES {
@@ -161,23 +167,31 @@ impl Retries {
 
 impl Drop for Retries {
     fn drop(&mut self) {
-        self.close();
+        self.stop(true);
     }
 }
 
 impl Retries {
-    /// Stops the retries: the writes still waiting are tried at once, and again every
-    /// [`FIRST_BACKOFF`], for up to [`FLUSH_ON_DROP`] (returning as soon as they are
-    /// made); later writes are not kept. Called by a server's graceful shutdown
-    /// (through `Engine::close_dedup`), where other threads may still hold the engine,
-    /// and by the drop; the second call does nothing.
-    pub(super) fn close(&self) {
+    /// Makes the writes waiting now (and one being made): tries them at once, and again
+    /// every [`FIRST_BACKOFF`], for up to [`FLUSH_ON_DROP`], returning as soon as they
+    /// are made; a write held back on purpose (see [`Retries::push_later`]) is not
+    /// made before its time. Those still waiting then are counted in a warning and
+    /// kept: the next failed write starts the retries again. Called by a server's
+    /// graceful shutdown (through `Engine::flush_dedup`), where other threads may still
+    /// hold the engine, so that its drop may come only at the process's exit.
+    pub(super) fn flush(&self) {
+        self.stop(false);
+    }
+
+    /// [`Retries::flush`], then, unless `dropped`, the retries ready to start again.
+    fn stop(&self, dropped: bool) {
         let mut q = self.shared.lock();
-        if q.closed {
+        if q.dropped {
             return;
         }
+        q.dropped = dropped;
         q.closed = true;
-        if q.started && !q.waiting.is_empty() {
+        if q.started && !q.stopped && (q.in_flight || !q.waiting.is_empty()) {
             // Tried now, should Redis answer: otherwise these claims' markers would
             // tell retries "in progress" until their TTL.
             let end = Instant::now() + FLUSH_ON_DROP;
@@ -195,12 +209,25 @@ impl Retries {
                     .map_or_else(|p| p.into_inner().0, |(q, _)| q);
             }
         }
-        if !q.waiting.is_empty() {
+        let left = q.waiting.len() + usize::from(q.in_flight);
+        if left > 0 || q.lost > 0 {
             tracing::warn!(
-                waiting = q.waiting.len(),
-                "de-duplication: the Redis store is dropped with answers not yet stored; \
-                 retries of those calls may run them again once their markers expire"
+                waiting = left,
+                lost = q.lost,
+                "de-duplication: the Redis store stops with answers not stored; retries \
+                 of those calls may run them again once their markers expire"
             );
+            q.lost = 0;
+        }
+        if !dropped {
+            // Ready again: a thread still making its last write goes on as the retry
+            // thread; a stopped one is started anew by the next failed write.
+            q.closed = false;
+            q.flush_until = None;
+            if q.stopped {
+                q.started = false;
+                q.stopped = false;
+            }
         }
         drop(q);
         self.shared.wake.notify_all();
@@ -221,18 +248,27 @@ fn run(shared: &Shared) {
             let mut q = shared.lock();
             loop {
                 if q.closed {
-                    // Dropped: the writes left are made now, whatever their due time,
-                    // until the drop's flush ends.
-                    let flushing = q.flush_until.is_some_and(|end| Instant::now() < end);
-                    match q.waiting.pop_front() {
-                        Some(w) if flushing => {
+                    // Flushing (see `Retries::flush`): the writes left are made until
+                    // the flush ends, each at its time; then the thread stops.
+                    let now = Instant::now();
+                    let end = q.flush_until.filter(|&end| now < end);
+                    match (end, q.waiting.front().map(|w| w.due)) {
+                        (Some(_), Some(due)) if due <= now => {
+                            let Some(w) = q.waiting.pop_front() else {
+                                continue;
+                            };
                             q.bytes -= w.write.bytes();
+                            q.in_flight = true;
                             break w;
                         }
-                        other => {
-                            if let Some(w) = other {
-                                q.waiting.push_front(w);
-                            }
+                        (Some(end), Some(due)) if due < end => {
+                            q = shared
+                                .wake
+                                .wait_timeout(q, due - now)
+                                .map_or_else(|p| p.into_inner().0, |(q, _)| q);
+                            continue;
+                        }
+                        _ => {
                             q.stopped = true;
                             shared.wake.notify_all();
                             return;
@@ -254,6 +290,7 @@ fn run(shared: &Shared) {
                             continue;
                         };
                         q.bytes -= w.write.bytes();
+                        q.in_flight = true;
                         break w;
                     }
                     // Not due yet (a release held back a moment): waited for.
@@ -269,7 +306,9 @@ fn run(shared: &Shared) {
             }
         };
         if Instant::now() >= next.until {
-            shared.lock().lost += 1;
+            let mut q = shared.lock();
+            q.lost += 1;
+            q.in_flight = false;
             continue;
         }
         let outcome = match conn.take().map_or_else(|| connect(&shared.client), Ok) {
@@ -290,11 +329,13 @@ fn run(shared: &Shared) {
             Err(_) => Err(false),
         };
         let Err(answered) = outcome else {
+            shared.lock().in_flight = false;
             backoff = FIRST_BACKOFF;
             refused = 0;
             continue;
         };
         let mut q = shared.lock();
+        q.in_flight = false;
         q.bytes += next.write.bytes();
         let round = if answered {
             // Redis refused it: to the back, so as not to hold up the others.
@@ -310,12 +351,13 @@ fn run(shared: &Shared) {
             continue;
         }
         refused = 0;
-        // Woken early only by the drop (a push notifies, but the wait goes on), whose
-        // flush then tries at once; the flush's own waits are the first backoff's.
+        // Woken early only by a flush (a push notifies, but the wait goes on), which
+        // then tries at once; the flush's own waits are the first backoff's.
         let flushing = q.closed;
-        let until = match q.flush_until {
-            Some(end) if flushing => (Instant::now() + FIRST_BACKOFF).min(end),
-            _ => Instant::now() + backoff,
+        let until = match (flushing, q.flush_until) {
+            (true, Some(end)) => (Instant::now() + FIRST_BACKOFF).min(end),
+            (true, None) => Instant::now(),
+            (false, _) => Instant::now() + backoff,
         };
         while flushing || !q.closed {
             let left = until.saturating_duration_since(Instant::now());

@@ -285,8 +285,7 @@ impl Server {
     /// answers requests, and on shutdown stops accepting, answers every request already
     /// received, flushes, and returns. Before it returns, a Redis de-duplication store
     /// makes the answers it could not store yet (Redis unreachable when their calls
-    /// ended), for up to two seconds, and then keeps no more: the engine is not for
-    /// another server after this one.
+    /// ended), for up to two seconds.
     ///
     /// # Errors
     ///
@@ -298,7 +297,7 @@ impl Server {
         if let Some(h) = reload {
             h.close();
         }
-        engine.close_dedup();
+        engine.flush_dedup();
         r
     }
 }

@@ -212,6 +212,6 @@ pub fn serve_stdio(engine: &Engine) -> io::Result<()> {
     // However the loop ended, its subscriptions' producers are told.
     push.close_all(SinkClosed::ConnectionClosed);
     count(&|m| m.connections(Transport::Stdio, -1));
-    engine.close_dedup();
+    engine.flush_dedup();
     result
 }
