@@ -509,6 +509,38 @@ fn a_server_shutting_down_stores_the_answer_waiting() {
     drop(engine);
 }
 
+/// A server shut down while Redis is still unreachable: its flush gives up after two
+/// seconds, but the answer is not forgotten: once Redis is back, it is stored (the
+/// engine still held, as by a SIGHUP reload thread), with no other call failing to
+/// start the retries again.
+#[test]
+fn an_answer_the_shutdown_could_not_store_is_stored_later() {
+    let redis = RedisServer::start();
+    let link = Link::to(&redis);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let gates = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+    let call = gated(0, 13);
+    let engine = Arc::new(gated_engine(&link.url(), &runs, &gates));
+    let served = Served::start(Arc::clone(&engine), ServerConfig::default());
+    let auth = [("Authorization", "Bearer t")];
+    std::thread::scope(|s| {
+        let first = s.spawn(|| post(served.http, &auth, &call));
+        wait_for(&|| runs.load(Ordering::SeqCst) == 1 || first.is_finished());
+        link.cut();
+        gates[0].store(true, Ordering::SeqCst);
+        assert_eq!(first.join().unwrap()["result"], 1);
+    });
+    served.stop();
+    link.restore();
+    let other = gated_engine(&redis.url(), &runs, &gates);
+    assert_eq!(
+        once_stored(&mut Caller::new(&other, "t"), &call),
+        json!({"jsonrpc":"2.0","id":13,"result":1})
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
+    drop(engine);
+}
+
 /// A write Redis refuses (here: the claim's key turned into a hash behind the store's
 /// back, so its compare-and-set fails with WRONGTYPE) does not hold up the answers
 /// waiting behind it: it goes to the back, and they are stored once Redis is back.

@@ -146,14 +146,7 @@ impl Retries {
             q.bytes -= old.write.bytes();
             q.lost += 1;
         }
-        if !q.started {
-            let shared = Arc::clone(&self.shared);
-            let spawned = std::thread::Builder::new()
-                .name("ringrpc-dedup-retry".into())
-                .spawn(move || run(&shared));
-            // Without a thread the writes wait for the next push to try again.
-            q.started = spawned.is_ok();
-        }
+        start(&self.shared, &mut q);
         drop(q);
         self.shared.wake.notify_one();
     }
@@ -197,7 +190,8 @@ impl Retries {
             let end = Instant::now() + FLUSH_ON_DROP;
             q.flush_until = Some(end);
             self.shared.wake.notify_all();
-            while !q.stopped {
+            // (Also ended by another flush's end, which reopened: see below.)
+            while !q.stopped && q.closed {
                 let left = end.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     break;
@@ -214,23 +208,68 @@ impl Retries {
             tracing::warn!(
                 waiting = left,
                 lost = q.lost,
-                "de-duplication: the Redis store stops with answers not stored; retries \
-                 of those calls may run them again once their markers expire"
+                dropped,
+                "de-duplication: answers not stored in Redis as the server stops (or the \
+                 store is dropped, and with it the writes still waiting); retries of \
+                 those calls may run them again once their markers expire"
             );
             q.lost = 0;
         }
         if !dropped {
             // Ready again: a thread still making its last write goes on as the retry
-            // thread; a stopped one is started anew by the next failed write.
+            // thread; a stopped one is started anew, at once if writes wait.
             q.closed = false;
             q.flush_until = None;
             if q.stopped {
                 q.started = false;
                 q.stopped = false;
+                if !q.waiting.is_empty() {
+                    start(&self.shared, &mut q);
+                }
             }
         }
         drop(q);
         self.shared.wake.notify_all();
+    }
+}
+
+/// Starts the retry thread unless it runs. (Without a thread, the writes wait for the
+/// next push to try again.)
+fn start(shared: &Arc<Shared>, q: &mut Queue) {
+    if q.started {
+        return;
+    }
+    let shared = Arc::clone(shared);
+    let spawned = std::thread::Builder::new()
+        .name("ringrpc-dedup-retry".into())
+        .spawn(move || {
+            let _exit = Exit(&shared);
+            run(&shared);
+        });
+    q.started = spawned.is_ok();
+}
+
+/// Marks the retry thread's end should it panic (a bug: nothing it calls should), so
+/// that the next push starts another and a flush does not wait for it; the write it
+/// was making is counted lost.
+struct Exit<'a>(&'a Shared);
+
+impl Drop for Exit<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let mut q = self.0.lock();
+        if std::mem::take(&mut q.in_flight) {
+            q.lost += 1;
+        }
+        if q.closed {
+            q.stopped = true;
+        } else {
+            q.started = false;
+        }
+        drop(q);
+        self.0.wake.notify_all();
     }
 }
 
