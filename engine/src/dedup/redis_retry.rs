@@ -41,7 +41,8 @@ const MAX_BYTES: usize = 16 << 20;
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-/// How long a drop of the store waits for the writes still waiting to be made.
+/// How long a flush (a server's shutdown, the store's drop) waits for the writes still
+/// waiting to be made.
 const FLUSH_ON_DROP: Duration = Duration::from_secs(2);
 
 /// How often a warning about writes given up may be logged.
@@ -169,7 +170,8 @@ impl Retries {
     /// every [`FIRST_BACKOFF`], for up to [`FLUSH_ON_DROP`], returning as soon as they
     /// are made; a write held back on purpose (see [`Retries::push_later`]) is not
     /// made before its time. Those still waiting then are counted in a warning and
-    /// kept: the next failed write starts the retries again. Called by a server's
+    /// kept, retried on as before (by a thread started again at once, if this one
+    /// stopped). Called by a server's
     /// graceful shutdown (through `Engine::flush_dedup`), where other threads may still
     /// hold the engine, so that its drop may come only at the process's exit.
     pub(super) fn flush(&self) {
