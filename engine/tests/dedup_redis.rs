@@ -422,6 +422,26 @@ fn an_answer_redis_missed_is_stored_when_it_is_back() {
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
 }
 
+/// The answer to `call` (a `gated_incr`, its gate shut) posted to `served` by identity
+/// `app`, with `link` cut while it runs: an answer Redis misses.
+fn missed_over_http(
+    served: &Served,
+    link: &Link,
+    runs: &AtomicUsize,
+    gates: &[AtomicBool; 2],
+    call: &Value,
+) -> Value {
+    let gate = call["params"][0].as_u64().expect("a gated call") as usize % 2;
+    let before = runs.load(Ordering::SeqCst);
+    std::thread::scope(|s| {
+        let first = s.spawn(|| post(served.http, &[("Authorization", "Bearer t")], call));
+        wait_for(&|| runs.load(Ordering::SeqCst) > before || first.is_finished());
+        link.cut();
+        gates[gate].store(true, Ordering::SeqCst);
+        first.join().unwrap()
+    })
+}
+
 /// When the shutdown tests below bring Redis back and stop: midway between two of the
 /// retry thread's tries, so that only the shutdown's own flush can store the answer.
 const SHUTDOWN_AT: Duration = Duration::from_millis(2_350);
@@ -471,14 +491,10 @@ fn a_server_shutting_down_stores_the_answer_waiting() {
     let call = gated(0, 11);
     let engine = Arc::new(gated_engine(&link.url(), &runs, &gates));
     let served = Served::start(Arc::clone(&engine), ServerConfig::default());
-    let auth = [("Authorization", "Bearer t")];
-    std::thread::scope(|s| {
-        let first = s.spawn(|| post(served.http, &auth, &call));
-        wait_for(&|| runs.load(Ordering::SeqCst) == 1 || first.is_finished());
-        link.cut();
-        gates[0].store(true, Ordering::SeqCst);
-        assert_eq!(first.join().unwrap()["result"], 1);
-    });
+    assert_eq!(
+        missed_over_http(&served, &link, &runs, &gates, &call)["result"],
+        1
+    );
     // (As above: between two of the retry thread's tries.)
     std::thread::sleep(SHUTDOWN_AT);
     link.restore();
@@ -491,13 +507,10 @@ fn a_server_shutting_down_stores_the_answer_waiting() {
     // The engine served again: its store still retries what Redis misses.
     let served = Served::start(Arc::clone(&engine), ServerConfig::default());
     let again = gated(1, 12);
-    std::thread::scope(|s| {
-        let first = s.spawn(|| post(served.http, &auth, &again));
-        wait_for(&|| runs.load(Ordering::SeqCst) == 2 || first.is_finished());
-        link.cut();
-        gates[1].store(true, Ordering::SeqCst);
-        assert_eq!(first.join().unwrap()["result"], 2);
-    });
+    assert_eq!(
+        missed_over_http(&served, &link, &runs, &gates, &again)["result"],
+        2
+    );
     std::thread::sleep(Duration::from_millis(300));
     link.restore();
     assert_eq!(
@@ -522,14 +535,10 @@ fn an_answer_the_shutdown_could_not_store_is_stored_later() {
     let call = gated(0, 13);
     let engine = Arc::new(gated_engine(&link.url(), &runs, &gates));
     let served = Served::start(Arc::clone(&engine), ServerConfig::default());
-    let auth = [("Authorization", "Bearer t")];
-    std::thread::scope(|s| {
-        let first = s.spawn(|| post(served.http, &auth, &call));
-        wait_for(&|| runs.load(Ordering::SeqCst) == 1 || first.is_finished());
-        link.cut();
-        gates[0].store(true, Ordering::SeqCst);
-        assert_eq!(first.join().unwrap()["result"], 1);
-    });
+    assert_eq!(
+        missed_over_http(&served, &link, &runs, &gates, &call)["result"],
+        1
+    );
     served.stop();
     link.restore();
     let other = gated_engine(&redis.url(), &runs, &gates);
