@@ -93,6 +93,17 @@ impl Shared {
         // A plain queue: a panic elsewhere cannot leave it inconsistent.
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Waits on `wake` with `q`, for at most `left` (`None`: until woken).
+    fn wait<'a>(&self, q: MutexGuard<'a, Queue>, left: Option<Duration>) -> MutexGuard<'a, Queue> {
+        match left {
+            Some(left) => self
+                .wake
+                .wait_timeout(q, left)
+                .map_or_else(|p| p.into_inner().0, |(q, _)| q),
+            None => self.wake.wait(q).unwrap_or_else(|p| p.into_inner()),
+        }
+    }
 }
 
 /// The store's retried writes (see the module docs).
@@ -198,11 +209,7 @@ impl Retries {
                 if left.is_zero() {
                     break;
                 }
-                q = self
-                    .shared
-                    .wake
-                    .wait_timeout(q, left)
-                    .map_or_else(|p| p.into_inner().0, |(q, _)| q);
+                q = self.shared.wait(q, Some(left));
             }
         }
         let left = q.waiting.len() + usize::from(q.in_flight);
@@ -287,36 +294,17 @@ fn run(shared: &Shared) {
     loop {
         let next = {
             let mut q = shared.lock();
-            loop {
-                if q.closed {
-                    // Flushing (see `Retries::flush`): the writes left are made until
-                    // the flush ends, each at its time; then the thread stops.
-                    let now = Instant::now();
-                    let end = q.flush_until.filter(|&end| now < end);
-                    match (end, q.waiting.front().map(|w| w.due)) {
-                        (Some(_), Some(due)) if due <= now => {
-                            let Some(w) = q.waiting.pop_front() else {
-                                continue;
-                            };
-                            q.bytes -= w.write.bytes();
-                            q.in_flight = true;
-                            break w;
-                        }
-                        (Some(end), Some(due)) if due < end => {
-                            q = shared
-                                .wake
-                                .wait_timeout(q, due - now)
-                                .map_or_else(|p| p.into_inner().0, |(q, _)| q);
-                            continue;
-                        }
-                        _ => {
-                            q.stopped = true;
-                            shared.wake.notify_all();
-                            return;
-                        }
-                    }
-                }
-                if q.lost > 0 && warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+            let next = loop {
+                let now = Instant::now();
+                // In a flush (see `Retries::flush`), until when the writes left are
+                // made, each at its time; past it, or closed with none, the thread
+                // stops. Outside a flush, no end.
+                let end = match (q.closed, q.flush_until) {
+                    (false, _) => None,
+                    (true, Some(end)) if now < end => Some(end),
+                    (true, _) => break None,
+                };
+                if !q.closed && q.lost > 0 && warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
                     tracing::warn!(
                         lost = q.lost,
                         "de-duplication: answers not stored in Redis (it stayed unreachable \
@@ -325,26 +313,30 @@ fn run(shared: &Shared) {
                     q.lost = 0;
                     warned = Some(Instant::now());
                 }
-                match q.waiting.front().map(|w| w.due) {
-                    Some(due) if due <= Instant::now() => {
+                match (q.waiting.front().map(|w| w.due), end) {
+                    (Some(due), _) if due <= now => {
                         let Some(w) = q.waiting.pop_front() else {
                             continue;
                         };
                         q.bytes -= w.write.bytes();
                         q.in_flight = true;
-                        break w;
+                        break Some(w);
                     }
-                    // Not due yet (a release held back a moment): waited for.
-                    Some(due) => {
-                        let left = due.saturating_duration_since(Instant::now());
-                        q = shared
-                            .wake
-                            .wait_timeout(q, left)
-                            .map_or_else(|p| p.into_inner().0, |(q, _)| q);
+                    // Not due yet (a release held back a moment): waited for, unless
+                    // the flush ends first.
+                    (Some(due), end) if end.is_none_or(|end| due < end) => {
+                        q = shared.wait(q, Some(due.saturating_duration_since(now)));
                     }
-                    None => q = shared.wake.wait(q).unwrap_or_else(|p| p.into_inner()),
+                    (None, None) => q = shared.wait(q, None),
+                    _ => break None,
                 }
-            }
+            };
+            let Some(next) = next else {
+                q.stopped = true;
+                shared.wake.notify_all();
+                return;
+            };
+            next
         };
         if Instant::now() >= next.until {
             let mut q = shared.lock();
@@ -405,10 +397,7 @@ fn run(shared: &Shared) {
             if left.is_zero() {
                 break;
             }
-            q = shared
-                .wake
-                .wait_timeout(q, left)
-                .map_or_else(|p| p.into_inner().0, |(q, _)| q);
+            q = shared.wait(q, Some(left));
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
