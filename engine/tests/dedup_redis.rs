@@ -360,6 +360,28 @@ fn gated_engine(url: &str, runs: &Arc<AtomicUsize>, gates: &Arc<[AtomicBool; 2]>
         .with_dedup(Dedup::redis(url, TTL, false).unwrap())
 }
 
+/// What the tests of answers Redis misses share: a Redis server, a link to it that can
+/// be cut, and the run counter and gates (both shut) of their `gated_engine`s.
+struct Gated {
+    redis: RedisServer,
+    link: Link,
+    runs: Arc<AtomicUsize>,
+    gates: Arc<[AtomicBool; 2]>,
+}
+
+impl Gated {
+    fn new() -> Self {
+        let redis = RedisServer::start();
+        let link = Link::to(&redis);
+        Self {
+            redis,
+            link,
+            runs: Arc::new(AtomicUsize::new(0)),
+            gates: Arc::new([AtomicBool::new(false), AtomicBool::new(false)]),
+        }
+    }
+}
+
 /// A `gated_incr` call held by gate `gate`, with id `id`.
 fn gated(gate: usize, id: u64) -> Value {
     json!({"jsonrpc":"2.0","method":"gated_incr","params":[gate],"id":id})
@@ -396,10 +418,13 @@ fn once_stored(c: &mut Caller<'_>, call: &Value) -> Value {
 /// claim's marker stayed until the TTL: retries were told -32042 for ten minutes.)
 #[test]
 fn an_answer_redis_missed_is_stored_when_it_is_back() {
-    let redis = RedisServer::start();
-    let link = Link::to(&redis);
-    let runs = Arc::new(AtomicUsize::new(0));
-    let gates = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+    // (The server is only reached through the link, but lives to the end.)
+    let Gated {
+        redis: _redis,
+        link,
+        runs,
+        gates,
+    } = Gated::new();
     let engine = gated_engine(&link.url(), &runs, &gates);
     let call = gated(0, 7);
     std::thread::scope(|s| {
@@ -452,10 +477,12 @@ const SHUTDOWN_AT: Duration = Duration::from_millis(2_350);
 /// the write was lost: the retry was told -32042 until the TTL.)
 #[test]
 fn an_answer_waiting_at_shutdown_is_stored_by_the_drop() {
-    let redis = RedisServer::start();
-    let link = Link::to(&redis);
-    let runs = Arc::new(AtomicUsize::new(0));
-    let gates = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+    let Gated {
+        redis,
+        link,
+        runs,
+        gates,
+    } = Gated::new();
     let call = gated(0, 9);
     {
         let engine = gated_engine(&link.url(), &runs, &gates);
@@ -484,10 +511,12 @@ fn an_answer_waiting_at_shutdown_is_stored_by_the_drop() {
 /// returns.
 #[test]
 fn a_server_shutting_down_stores_the_answer_waiting() {
-    let redis = RedisServer::start();
-    let link = Link::to(&redis);
-    let runs = Arc::new(AtomicUsize::new(0));
-    let gates = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+    let Gated {
+        redis,
+        link,
+        runs,
+        gates,
+    } = Gated::new();
     let call = gated(0, 11);
     let engine = Arc::new(gated_engine(&link.url(), &runs, &gates));
     let served = Served::start(Arc::clone(&engine), ServerConfig::default());
@@ -528,10 +557,12 @@ fn a_server_shutting_down_stores_the_answer_waiting() {
 /// start the retries again.
 #[test]
 fn an_answer_the_shutdown_could_not_store_is_stored_later() {
-    let redis = RedisServer::start();
-    let link = Link::to(&redis);
-    let runs = Arc::new(AtomicUsize::new(0));
-    let gates = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+    let Gated {
+        redis,
+        link,
+        runs,
+        gates,
+    } = Gated::new();
     let call = gated(0, 13);
     let engine = Arc::new(gated_engine(&link.url(), &runs, &gates));
     let served = Served::start(Arc::clone(&engine), ServerConfig::default());
@@ -555,10 +586,12 @@ fn an_answer_the_shutdown_could_not_store_is_stored_later() {
 /// waiting behind it: it goes to the back, and they are stored once Redis is back.
 #[test]
 fn an_answer_redis_refuses_does_not_hold_up_the_others() {
-    let redis = RedisServer::start();
-    let link = Link::to(&redis);
-    let runs = Arc::new(AtomicUsize::new(0));
-    let gates = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+    let Gated {
+        redis,
+        link,
+        runs,
+        gates,
+    } = Gated::new();
     let engine = gated_engine(&link.url(), &runs, &gates);
     std::thread::scope(|s| {
         let a = s.spawn(|| Caller::new(&engine, "t").call(gated(0, 0)));
