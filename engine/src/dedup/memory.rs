@@ -801,40 +801,36 @@ impl Shard {
     /// its place in the ring's buffer (to reach it again without the number's checks).
     #[inline]
     fn running(&self, seq: u64, key: u64, fp: u64) -> Option<(u64, usize)> {
-        let is = |s: &Slot| s.key == key && s.fp == fp && s.state == State::Running;
-        let claimed = seq
-            .checked_sub(self.head)
-            .and_then(|i| usize::try_from(i).ok())
-            .filter(|&i| i < self.slots.len());
-        if let Some(i) = claimed {
-            let at = self.slots.place(i);
-            if self.slots.buf.get(at).is_some_and(is) {
-                return Some((seq, at));
-            }
-        }
-        self.moved(key, fp)
+        self.running_at(seq, key, fp)
+            .or_else(|| self.moved(key, fp))
     }
 
     /// [`Shard::running`] for a slot not where its claim put it.
     #[cold]
     #[inline(never)]
     fn moved(&self, key: u64, fp: u64) -> Option<(u64, usize)> {
-        let is = |s: &Slot| s.key == key && s.fp == fp && s.state == State::Running;
         let (_, moved) = self.find(key)?;
-        let at = self
-            .slots
-            .place(usize::try_from(moved.checked_sub(self.head)?).ok()?);
-        self.get(moved).is_some_and(is).then_some((moved, at))
+        self.running_at(moved, key, fp)
     }
 
-    fn get(&self, seq: u64) -> Option<&Slot> {
-        self.slots
-            .get(usize::try_from(seq.checked_sub(self.head)?).ok()?)
+    /// Slot `seq`, with its place in the ring's buffer, if it holds `key`'s running
+    /// call claimed with `fp`.
+    #[inline(always)]
+    fn running_at(&self, seq: u64, key: u64, fp: u64) -> Option<(u64, usize)> {
+        let at = self
+            .slots
+            .place(self.offset_of(seq).filter(|&i| i < self.slots.len())?);
+        let s = self.slots.buf.get(at)?;
+        (s.key == key && s.fp == fp && s.state == State::Running).then_some((seq, at))
+    }
+
+    /// Where slot `seq` is from the ring's front (past its end: not held).
+    fn offset_of(&self, seq: u64) -> Option<usize> {
+        usize::try_from(seq.checked_sub(self.head)?).ok()
     }
 
     fn get_mut(&mut self, seq: u64) -> Option<&mut Slot> {
-        self.slots
-            .get_mut(usize::try_from(seq.checked_sub(self.head)?).ok()?)
+        self.slots.get_mut(self.offset_of(seq)?)
     }
 
     /// Drops slots from the front while they have expired, are gone, or the shard is
