@@ -427,6 +427,15 @@ fn weights_charge_more_per_call() {
     s.stop();
 }
 
+/// A TCP connection to `addr` from source address `ip` (in 127.0.0.0/8).
+fn connect_from(ip: impl Into<std::net::Ipv4Addr>, addr: SocketAddr) -> TcpStream {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(&SocketAddr::new(ip.into().into(), 0).into())
+        .unwrap();
+    sock.connect(&addr.into()).unwrap();
+    sock.into()
+}
+
 #[test]
 fn anonymous_callers_are_limited_per_address() {
     let (s, _e) = serve(Guard::new().with_peer_rate_limit("1:5").unwrap());
@@ -444,12 +453,7 @@ fn anonymous_callers_are_limited_per_address() {
     let mut b = Line::tcp(s.tcp);
     assert_eq!(code(&b.call(&req("ping", json!([]), 1))), -32005);
     // ...another address does not.
-    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    sock.bind(&"127.0.0.2:0".parse::<SocketAddr>().unwrap().into())
-        .unwrap();
-    sock.connect(&s.tcp.into()).unwrap();
-    let stream: TcpStream = sock.into();
-    let mut c = Line::from_tcp(stream);
+    let mut c = Line::from_tcp(connect_from([127, 0, 0, 2], s.tcp));
     assert_eq!(c.call(&req("ping", json!([]), 1))["result"], "pong");
     // Without keys, rpc.auth is not a method.
     assert_eq!(
@@ -479,13 +483,7 @@ fn a_flood_of_source_addresses_leaves_the_limiter_table_bounded() {
                     // 127.1.0.0 + i: skips 127.0.0.x, which other tests use.
                     let n = (1u32 << 16) + i;
                     let ip = std::net::Ipv4Addr::new(127, (n >> 16) as u8, (n >> 8) as u8, n as u8);
-                    let sock =
-                        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-                            .unwrap();
-                    sock.bind(&SocketAddr::new(ip.into(), 0).into()).unwrap();
-                    sock.connect(&addr.into()).unwrap();
-                    let stream: TcpStream = sock.into();
-                    let mut c = Line::from_tcp(stream);
+                    let mut c = Line::from_tcp(connect_from(ip, addr));
                     // Every address's first call passes: its bucket starts full.
                     if c.call(&req("ping", json!([]), 1))["result"] != "pong" {
                         refused += 1;
@@ -501,14 +499,6 @@ fn a_flood_of_source_addresses_leaves_the_limiter_table_bounded() {
     assert!(held <= 2 * CAPACITY, "{held} addresses held");
     assert!(held >= CAPACITY / 2, "the table is in use: {held}");
     s.stop();
-}
-
-/// A TCP connection to `addr` from source address `ip` (in 127.0.0.0/8).
-fn connect_from(ip: [u8; 4], addr: SocketAddr) -> TcpStream {
-    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    sock.bind(&SocketAddr::from((ip, 0)).into()).unwrap();
-    sock.connect(&addr.into()).unwrap();
-    sock.into()
 }
 
 #[test]
