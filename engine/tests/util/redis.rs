@@ -72,28 +72,27 @@ impl RedisServer {
         panic!("redis-server did not restart on port {}: {last}", self.port);
     }
 
-    /// Sends one command (inline form: words without spaces) and returns the first line
-    /// of the reply, e.g. `:0` for `DBSIZE`.
-    pub fn command(&self, command: &str) -> String {
+    /// Sends `command` (inline form) on a connection of its own: the reply to read.
+    fn send(&self, command: &str) -> BufReader<TcpStream> {
         let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
         let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
             .unwrap_or_else(|e| panic!("cannot reach redis-server on {addr}: {e}"));
         s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         s.write_all(format!("{command}\r\n").as_bytes()).unwrap();
+        BufReader::new(s)
+    }
+
+    /// Sends one command (inline form: words without spaces) and returns the first line
+    /// of the reply, e.g. `:0` for `DBSIZE`.
+    pub fn command(&self, command: &str) -> String {
         let mut line = String::new();
-        BufReader::new(s).read_line(&mut line).unwrap();
+        self.send(command).read_line(&mut line).unwrap();
         line.trim_end().to_owned()
     }
 
     /// The keys matching `pattern` (`KEYS`), sorted.
     pub fn keys(&self, pattern: &str) -> Vec<String> {
-        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
-        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
-            .unwrap_or_else(|e| panic!("cannot reach redis-server on {addr}: {e}"));
-        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        s.write_all(format!("KEYS {pattern}\r\n").as_bytes())
-            .unwrap();
-        let mut r = BufReader::new(s);
+        let mut r = self.send(&format!("KEYS {pattern}"));
         let mut line = String::new();
         r.read_line(&mut line).unwrap();
         let n: usize = line.trim_end().trim_start_matches('*').parse().unwrap();
