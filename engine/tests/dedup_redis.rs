@@ -467,6 +467,23 @@ fn missed_over_http(
     })
 }
 
+/// A `gated_engine` reaching Redis through `link`, served (the engine also held here, as
+/// a SIGHUP reload thread holds it), whose first call, `call`, ended with the link cut.
+fn served_missed(
+    link: &Link,
+    runs: &Arc<AtomicUsize>,
+    gates: &Arc<[AtomicBool; 2]>,
+    call: &Value,
+) -> (Arc<Engine>, Served) {
+    let engine = Arc::new(gated_engine(&link.url(), runs, gates));
+    let served = Served::start(Arc::clone(&engine), ServerConfig::default());
+    assert_eq!(
+        missed_over_http(&served, link, runs, gates, call)["result"],
+        1
+    );
+    (engine, served)
+}
+
 /// When the shutdown tests below bring Redis back and stop: midway between two of the
 /// retry thread's tries, so that only the shutdown's own flush can store the answer.
 const SHUTDOWN_AT: Duration = Duration::from_millis(2_350);
@@ -518,12 +535,7 @@ fn a_server_shutting_down_stores_the_answer_waiting() {
         gates,
     } = Gated::new();
     let call = gated(0, 11);
-    let engine = Arc::new(gated_engine(&link.url(), &runs, &gates));
-    let served = Served::start(Arc::clone(&engine), ServerConfig::default());
-    assert_eq!(
-        missed_over_http(&served, &link, &runs, &gates, &call)["result"],
-        1
-    );
+    let (engine, served) = served_missed(&link, &runs, &gates, &call);
     // (As above: between two of the retry thread's tries.)
     std::thread::sleep(SHUTDOWN_AT);
     link.restore();
@@ -564,12 +576,7 @@ fn an_answer_the_shutdown_could_not_store_is_stored_later() {
         gates,
     } = Gated::new();
     let call = gated(0, 13);
-    let engine = Arc::new(gated_engine(&link.url(), &runs, &gates));
-    let served = Served::start(Arc::clone(&engine), ServerConfig::default());
-    assert_eq!(
-        missed_over_http(&served, &link, &runs, &gates, &call)["result"],
-        1
-    );
+    let (engine, served) = served_missed(&link, &runs, &gates, &call);
     served.stop();
     link.restore();
     let other = gated_engine(&redis.url(), &runs, &gates);
