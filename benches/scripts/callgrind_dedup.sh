@@ -11,7 +11,8 @@
 # FLAGS default to none (no store, the baseline); FILL 1000000 (more than a 64 MiB
 # store's ~700,000 entries, so it evicts as in steady state); COUNT 200000. Needs
 # valgrind and `cargo build --release -p benches --bin loadgen`. Prints the
-# instructions a call and the hint's runs (`Engine::prefetch_keyed`).
+# instructions a call and the hint's runs (`Engine::prefetch_keyed`); KEEP=FILE keeps
+# the counts for `callgrind_annotate FILE` (where the instructions go, by function).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . benches/scripts/lib.sh callgrind_dedup
@@ -41,6 +42,7 @@ for _ in $(seq 1200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 kill -KILL "$pid" 2>/dev/null || true
 wait "$pid" 2>/dev/null || true
 [ -s "$tmp/out" ] || { echo "callgrind_dedup: no counts written" >&2; exit 1; }
+if [ -n "${KEEP:-}" ]; then cp "$tmp/out" "$KEEP"; fi
 # Whole outputs read (no early exit: callgrind_annotate would die of SIGPIPE), without
 # source annotation.
 total=$(callgrind_annotate --auto=no "$tmp/out" |
