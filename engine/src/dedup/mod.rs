@@ -22,7 +22,7 @@
 //! and the retry then gets the real outcome.
 //!
 //! Stores: in memory ([`Dedup::memory`]: bounded in bytes, entries live for a TTL, no
-//! allocation per call in steady state), or Redis ([`Dedup::redis`], cargo feature
+//! allocation per call in steady state), or Redis (`Dedup::redis`, cargo feature
 //! `redis`) for several instances serving the same clients.
 //!
 //! ```

@@ -138,7 +138,7 @@ impl Connection {
 /// An HTTP request's header fields, borrowed from its head in the read buffer (not
 /// copied). Lookups scan the head, so they cost only when a handler asks; the two
 /// fields the engine itself reads on every request are found by the decoder
-/// ([`Known`]).
+/// (`Known`).
 #[derive(Clone, Copy)]
 pub struct Headers<'a> {
     /// The whole head: request line, header lines, the empty line. httparse accepted it,
@@ -219,7 +219,7 @@ impl<'a> Headers<'a> {
     /// matches, instead of splitting every line into name and value as
     /// [`Headers::iter`] does (~1,100 instructions a lookup on a head of four fields).
     /// The two fields the engine reads on every request do not come here when the
-    /// decoder found them ([`Known`]).
+    /// decoder found them (`Known`).
     pub fn get(&self, name: &str) -> Option<&'a [u8]> {
         let name = name.as_bytes();
         // A header line is `name ":" value` (httparse accepted it), so a name holding a

@@ -1,7 +1,7 @@
 //! Metrics: counters and histograms per thread on plain atomics, merged when scraped,
 //! and written in the Prometheus text format (0.0.4).
 //!
-//! Each thread that answers calls writes to a [`Shard`] of its own (a reactor claims one
+//! Each thread that answers calls writes to a shard of its own (a reactor claims one
 //! when it starts; any other thread through a thread-local claim), so a count is a load
 //! and a store, never a locked instruction or a shared cache line. A scrape adds the
 //! shards up. Method labels are the registered names, fixed when the engine is built:
