@@ -23,6 +23,7 @@ mod conn;
 mod pending;
 mod pool;
 mod reactor;
+mod scrape;
 mod stdio;
 
 pub use stdio::serve_stdio;

@@ -30,6 +30,7 @@ use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use super::pool::{Job, Pool};
+use super::scrape::{Refused, Scraper};
 use crate::codec::Id;
 use crate::config::ServerConfig;
 use crate::dedup::Digest;
@@ -136,6 +137,9 @@ pub(crate) enum Work {
     Pool(Range<usize>, Option<Digest>),
     /// A deferred method's call (this many bytes in the frame): its responder answers.
     Responder(usize),
+    /// `GET /metrics` (`head`: a `HEAD` request): the slot's one element, rendered by
+    /// the [`Scraper`]'s thread. Not a call: nothing is counted, logged or hooked.
+    Scrape { head: bool },
 }
 
 /// A call of a slot answered later.
@@ -465,6 +469,9 @@ pub(crate) struct Pending {
     /// that otherwise only read).
     spares: std::cell::RefCell<Spares>,
     pool: Arc<Pool>,
+    /// Where `GET /metrics` is rendered (`None`: metrics off, or its thread could not
+    /// be started, and scrapes are rendered on the reactor).
+    scraper: Option<Arc<Scraper>>,
     /// The completion queue's sender, the limits, the metrics shard.
     fixed: Fixed,
     done: Receiver<Done>,
@@ -494,9 +501,11 @@ pub(crate) enum Completed {
 }
 
 impl Pending {
-    /// The bookkeeping for a reactor woken by `waker`, submitting to `pool`.
+    /// The bookkeeping for a reactor woken by `waker`, submitting to `pool` and
+    /// `scraper`.
     pub(crate) fn new(
         pool: Arc<Pool>,
+        scraper: Option<Arc<Scraper>>,
         waker: Arc<mio::Waker>,
         engine: &Engine,
         settings: &ServerConfig,
@@ -506,6 +515,7 @@ impl Pending {
         Self {
             spares: std::cell::RefCell::default(),
             pool,
+            scraper,
             fixed: Fixed {
                 reply_to,
                 timeout: config.request_timeout,
@@ -649,6 +659,46 @@ impl Pending {
         slot
     }
 
+    /// The slot for `GET /metrics` on connection `conn` (slot number `id`), its text
+    /// queued for the [`Scraper`]'s thread. `Err` when it cannot be: too many scrapes
+    /// wait (`Full`: answer `503`), or there is no thread (`Gone`: render here).
+    pub(crate) fn scrape(
+        &mut self,
+        conn: usize,
+        generation: u64,
+        id: u64,
+        reply: Reply,
+        head: bool,
+    ) -> Result<Slot, Refused> {
+        let scraper = self.scraper.as_ref().ok_or(Refused::Gone)?;
+        let tag = Tag {
+            conn,
+            generation,
+            slot: id,
+            element: 0,
+        };
+        scraper.submit(tag, Arc::clone(&self.fixed.reply_to))?;
+        let mut slot = Slot::ready(id, Vec::new());
+        slot.ready = false;
+        slot.http = Some(reply);
+        slot.remaining = 1;
+        slot.key = conn;
+        slot.generation = generation;
+        slot.elems = self.spares.get_mut().elems.pop().unwrap_or_default();
+        slot.elems.push(Elem {
+            work: Work::Scrape { head },
+            id: None,
+            state: ElemState::Running,
+            method: None,
+            metric: 0,
+            deadline: None,
+            at: 0,
+            answer: 0..0,
+            trace: None,
+        });
+        Ok(slot)
+    }
+
     /// Sends queued elements of `slot` to the pool, up to `batch_concurrency` at once. A
     /// full queue answers the element `-32000 Server busy` at once.
     fn submit(&self, slot: &mut Slot, conn: usize, generation: u64) {
@@ -760,6 +810,24 @@ impl Pending {
             return Completed::Dropped;
         }
         e.state = ElemState::Done;
+        if let Work::Scrape { head } = e.work {
+            // The metrics' text, headed with this reactor's current lines.
+            s.remaining = 0;
+            let mut spares = self.spares.borrow_mut();
+            let mut out = spares.buf();
+            if let Some(reply) = s.http {
+                match done.code {
+                    None => http::write_metrics(&mut out, reply, headers, head, &done.reply),
+                    Some(_) => http::write_metrics_failed(&mut out, false, reply, headers, head),
+                }
+            }
+            spares.keep_buf(std::mem::replace(&mut s.buf, out));
+            spares.keep_elems(std::mem::take(&mut s.elems));
+            s.ready = true;
+            drop(spares);
+            self.fixed.reply_to.recycle(done.reply);
+            return Completed::Into { conn };
+        }
         if matches!(e.work, Work::Pool(..)) {
             s.on_pool -= 1;
         }
@@ -892,6 +960,7 @@ impl Pending {
                 bytes_in: match &e.work {
                     Work::Pool(range, _) => range.len(),
                     Work::Responder(bytes) => *bytes,
+                    Work::Scrape { .. } => 0,
                 },
                 bytes_out,
                 trace: e.trace.or_else(|| slot.trace.map(|t| t.trace_id())),
@@ -979,7 +1048,7 @@ mod tests {
         let pool = Arc::new(Pool::start(Arc::clone(&engine), 1, 1).unwrap());
         let poll = mio::Poll::new().unwrap();
         let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).unwrap());
-        let pending = Pending::new(pool, waker, &engine, &ServerConfig::default());
+        let pending = Pending::new(pool, None, waker, &engine, &ServerConfig::default());
         let n = COMPLETIONS + 1000;
         let completer = Arc::clone(&pending.fixed.reply_to);
         let t = std::thread::spawn(move || {

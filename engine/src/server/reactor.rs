@@ -14,6 +14,7 @@ use super::attach::{self, Attached};
 use super::conn::{Conn, Decoder, OpenGuard, Stream};
 use super::pending::{Completed, Pending, Slot};
 use super::pool::Pool;
+use super::scrape::{Refused, Scraper};
 use super::{Listener, Proto, Server};
 
 use crate::config::ServerConfig;
@@ -80,6 +81,7 @@ struct Parts {
     waker: Arc<mio::Waker>,
     signals: Option<std::os::unix::net::UnixStream>,
     pool: Arc<Pool>,
+    scraper: Option<Arc<Scraper>>,
     open: Arc<AtomicUsize>,
     /// The other reactors' wakers (on the first reactor only), woken at shutdown.
     peers: Vec<Arc<mio::Waker>>,
@@ -106,6 +108,15 @@ pub(super) fn run(server: Server) -> io::Result<()> {
         let weak = Arc::downgrade(&pool);
         m.add_queue(move || weak.upgrade().map(|p| p.queued()));
     }
+    // Scrapes are rendered off the reactors (see `scrape`), where there are any: with
+    // metrics on and a listener for HTTP. Without its thread, the reactors render them.
+    let serves_http = listeners
+        .iter()
+        .any(|l| matches!(l, Listener::Tcp(_, Proto::Http | Proto::Metrics)));
+    let scraper = match engine.metrics() {
+        Some(m) if serves_http => Scraper::start(m.clone()).ok().map(Arc::new),
+        _ => None,
+    };
     let open = Arc::new(AtomicUsize::new(0));
     // Further reactors: their own poll and their own TCP listeners bound beside the
     // first ones (SO_REUSEPORT).
@@ -148,6 +159,7 @@ pub(super) fn run(server: Server) -> io::Result<()> {
                     waker: Arc::clone(&waker),
                     signals: None,
                     pool: Arc::clone(&pool),
+                    scraper: scraper.clone(),
                     open: Arc::clone(&open),
                     peers: Vec::new(),
                 };
@@ -177,6 +189,7 @@ pub(super) fn run(server: Server) -> io::Result<()> {
         waker,
         signals,
         pool: Arc::clone(&pool),
+        scraper,
         open,
         peers: peers.clone(),
     });
@@ -201,6 +214,7 @@ fn serve(parts: Parts) -> io::Result<()> {
         waker,
         signals,
         pool,
+        scraper,
         open,
         peers,
     } = parts;
@@ -230,7 +244,7 @@ fn serve(parts: Parts) -> io::Result<()> {
         scratch: engine.scratch(),
         http: ServerHeaders::new(settings.idle_timeout, cors.clone()),
         cors,
-        pending: Pending::new(pool, Arc::clone(&waker), &engine, &settings),
+        pending: Pending::new(pool, scraper, Arc::clone(&waker), &engine, &settings),
         push: PushQueue::new(Arc::clone(&waker)),
         ready: Vec::new(),
         settings,
@@ -1019,10 +1033,7 @@ fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<
                     if !reply.keep_alive {
                         conn.read_closed = true;
                     }
-                    let text = ctx.engine.metrics().map(|m| m.render()).unwrap_or_default();
-                    let mark = conn.out.len();
-                    http::write_metrics(&mut conn.out, reply, &ctx.http, head, text.as_bytes());
-                    queue_if_behind(conn, mark);
+                    scrape(ctx, conn, key, reply, head);
                 }
                 Some(HttpEvent::Preflight { reply }) => {
                     if !reply.keep_alive {
@@ -1162,6 +1173,32 @@ fn upgrade(ctx: &mut Ctx, conn: &mut Conn, key: &[u8; 24], head: &[u8], reply: R
         m.connections(Transport::WebSocket, 1);
     }
     conn.info = Connection::new(Transport::WebSocket, conn.info.peer(), conn.info.id());
+}
+
+/// Answers `GET /metrics`: its place kept among the connection's answers while the
+/// scrape thread renders it (see [`super::scrape`]); `503` when too many scrapes wait;
+/// rendered here only when there is no such thread.
+#[cold]
+fn scrape(ctx: &mut Ctx, conn: &mut Conn, key: usize, reply: Reply, head: bool) {
+    let mark = conn.out.len();
+    match ctx
+        .pending
+        .scrape(key, conn.generation, conn.next_slot, reply, head)
+    {
+        Ok(slot) => {
+            conn.next_slot += 1;
+            conn.slots.push_back(slot);
+            return;
+        }
+        Err(Refused::Full) => {
+            http::write_metrics_failed(&mut conn.out, true, reply, &ctx.http, head);
+        }
+        Err(Refused::Gone) => {
+            let text = ctx.engine.metrics().map(|m| m.render()).unwrap_or_default();
+            http::write_metrics(&mut conn.out, reply, &ctx.http, head, text.as_bytes());
+        }
+    }
+    queue_if_behind(conn, mark);
 }
 
 /// If earlier answers are still pending, the bytes just written at `mark` must wait

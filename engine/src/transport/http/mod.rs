@@ -114,6 +114,6 @@ pub(crate) use request::{HttpDecoder, HttpError, HttpEvent, HttpLimits};
 pub(crate) use response::{
     begin_json_response, begin_json_response_traced, cancel_json_response, close_after_last,
     finish_json_response, finish_json_response_traced, write_continue, write_head, write_health,
-    write_json_status, write_metrics, write_no_content, write_preflight, write_refusal,
-    write_status, JsonResponse, Reply, ServerHeaders,
+    write_json_status, write_metrics, write_metrics_failed, write_no_content, write_preflight,
+    write_refusal, write_status, JsonResponse, Reply, ServerHeaders,
 };

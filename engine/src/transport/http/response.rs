@@ -327,6 +327,32 @@ fn write_text(
     }
 }
 
+/// Appends the answer to a scrape that got no metrics: `503` with `Retry-After: 1`
+/// when too many scrapes wait already, else `500` (rendering failed), each with a
+/// `text/plain` body that says so (none for `HEAD`).
+pub(crate) fn write_metrics_failed(
+    out: &mut Vec<u8>,
+    busy: bool,
+    reply: Reply,
+    server: &ServerHeaders,
+    head: bool,
+) {
+    let (status, header, text): (u16, _, &[u8]) = if busy {
+        (
+            503,
+            Some(("Retry-After", "1")),
+            b"Service Unavailable: too many scrapes of /metrics at once, try again",
+        )
+    } else {
+        (
+            500,
+            None,
+            b"Internal Server Error: the metrics could not be rendered",
+        )
+    };
+    write_text(out, status, reply, server, header, head, text);
+}
+
 /// Appends `200 OK` with the metrics' `text` (no body for `HEAD`).
 pub(crate) fn write_metrics(
     out: &mut Vec<u8>,
