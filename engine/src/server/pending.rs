@@ -30,7 +30,7 @@ use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use super::pool::{Job, Pool};
-use super::scrape::{Refused, Scraper};
+use super::scrape::{self, Refused, Scraper};
 use crate::codec::Id;
 use crate::config::ServerConfig;
 use crate::dedup::Digest;
@@ -678,7 +678,10 @@ impl Pending {
             element: 0,
         };
         scraper.submit(tag, Arc::clone(&self.fixed.reply_to))?;
+        let deadline = Instant::now() + scrape::TIMEOUT;
+        self.timers.push(Reverse((deadline, conn, generation, id)));
         let mut slot = Slot::ready(id, Vec::new());
+        slot.timers = 1;
         slot.ready = false;
         slot.http = Some(reply);
         slot.remaining = 1;
@@ -691,7 +694,7 @@ impl Pending {
             state: ElemState::Running,
             method: None,
             metric: 0,
-            deadline: None,
+            deadline: Some(deadline),
             at: 0,
             answer: 0..0,
             trace: None,
@@ -811,20 +814,13 @@ impl Pending {
         }
         e.state = ElemState::Done;
         if let Work::Scrape { head } = e.work {
-            // The metrics' text, headed with this reactor's current lines.
-            s.remaining = 0;
-            let mut spares = self.spares.borrow_mut();
-            let mut out = spares.buf();
-            if let Some(reply) = s.http {
-                match done.code {
-                    None => http::write_metrics(&mut out, reply, headers, head, &done.reply),
-                    Some(_) => http::write_metrics_failed(&mut out, false, reply, headers, head),
-                }
-            }
-            spares.keep_buf(std::mem::replace(&mut s.buf, out));
-            spares.keep_elems(std::mem::take(&mut s.elems));
-            s.ready = true;
-            drop(spares);
+            self.dead_timers
+                .set(self.dead_timers.get() + s.timers as usize);
+            let text = match done.code {
+                None => Ok(done.reply.as_slice()),
+                Some(_) => Err(http::ScrapeFailed::Failed),
+            };
+            self.scraped(s, head, headers, text);
             self.fixed.reply_to.recycle(done.reply);
             return Completed::Into { conn };
         }
@@ -883,6 +879,17 @@ impl Pending {
             return;
         }
         let now = Instant::now();
+        if let Some(&Elem {
+            work: Work::Scrape { head },
+            deadline: Some(at),
+            ..
+        }) = slot.elems.first()
+        {
+            if at <= now {
+                self.scraped(slot, head, headers, Err(http::ScrapeFailed::TimedOut));
+            }
+            return;
+        }
         for i in 0..slot.elems.len() {
             if slot.elems[i].state == ElemState::Done {
                 continue;
@@ -924,6 +931,29 @@ impl Pending {
 }
 
 impl Pending {
+    /// Makes scrape `slot` ready: its metrics' `text`, or why there are none, headed
+    /// with this reactor's current lines.
+    fn scraped(
+        &self,
+        slot: &mut Slot,
+        head: bool,
+        headers: &ServerHeaders,
+        text: Result<&[u8], http::ScrapeFailed>,
+    ) {
+        let mut spares = self.spares.borrow_mut();
+        let mut out = spares.buf();
+        if let Some(reply) = slot.http {
+            match text {
+                Ok(text) => http::write_metrics(&mut out, reply, headers, head, text),
+                Err(why) => http::write_metrics_failed(&mut out, why, reply, headers, head),
+            }
+        }
+        spares.keep_buf(std::mem::replace(&mut slot.buf, out));
+        spares.keep_elems(std::mem::take(&mut slot.elems));
+        slot.remaining = 0;
+        slot.ready = true;
+    }
+
     /// Puts element `i`'s answer (`code`'s; empty for a notification) into its slot, and
     /// counts, logs and hooks it as what the client gets: the -32002 written in its
     /// place if the batch's budget cut it.

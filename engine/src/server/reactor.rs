@@ -1191,7 +1191,8 @@ fn scrape(ctx: &mut Ctx, conn: &mut Conn, key: usize, reply: Reply, head: bool) 
             return;
         }
         Err(Refused::Full) => {
-            http::write_metrics_failed(&mut conn.out, true, reply, &ctx.http, head);
+            let why = http::ScrapeFailed::Busy;
+            http::write_metrics_failed(&mut conn.out, why, reply, &ctx.http, head);
         }
         Err(Refused::Gone) => {
             let text = ctx.engine.metrics().map(|m| m.render()).unwrap_or_default();

@@ -10,10 +10,15 @@
 //! renders the text and gives it back through the reactor's completion queue, where
 //! the reactor heads it with its own current header lines. Answers pipelined after
 //! the scrape on the same connection wait for it, as HTTP/1.1 requires; other
-//! connections do not.
+//! connections' calls do not (other scrapes queue behind it on the one thread).
+//!
+//! The thread runs at a lower priority (nice 10 on Linux): where it shares a CPU with a
+//! reactor (a server pinned to one CPU), the reactor is not preempted for long by a
+//! render that can wait.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Sender, TrySendError};
 
@@ -25,6 +30,18 @@ use crate::metrics::Metrics;
 /// answered `503` (Prometheus scrapes a target once per interval; a queue this long
 /// means something scrapes in a loop).
 pub(crate) const QUEUED: usize = 16;
+
+/// How long a scrape may wait for its text (Prometheus' own default `scrape_timeout`
+/// is 10 s): then it is answered `503`, and the text, if it comes, dropped.
+#[cfg(not(test))]
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(10);
+/// (Shorter in the tests, which wait for it.)
+#[cfg(test)]
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How long dropping the [`Scraper`] waits for its thread to end (a render that hangs
+/// must not hang the server's shutdown): then the thread is left to end on its own.
+const JOIN_WAIT: Duration = Duration::from_secs(1);
 
 /// The code a scrape whose rendering panicked is completed with (answered `500`).
 pub(crate) const FAILED: i32 = 500;
@@ -58,6 +75,7 @@ impl Scraper {
         let thread = std::thread::Builder::new()
             .name("ringrpc-scrape".into())
             .spawn(move || {
+                lower_priority();
                 for job in rx {
                     // A panic (in a section a proxy added, say) answers this scrape
                     // 500 (`Some` code) rather than leaving it, and the thread, dead.
@@ -88,11 +106,29 @@ impl Scraper {
 
 impl Drop for Scraper {
     fn drop(&mut self) {
-        // The thread ends once the queue is closed and empty.
+        // The thread ends once the queue is closed and empty: waited for, within bounds.
         drop(self.jobs.take());
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            let end = Instant::now() + JOIN_WAIT;
+            while !t.is_finished() && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
         }
+    }
+}
+
+/// Lowers the calling thread's priority to nice 10 (Linux: `setpriority` on a thread
+/// id sets that thread's alone). Best effort: a failure leaves it as it was.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: `gettid` has no preconditions; `setpriority` only reads its arguments
+    // and fails cleanly (ignored: the thread then keeps its priority).
+    unsafe {
+        let tid = libc::gettid();
+        let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
     }
 }
 
@@ -142,7 +178,7 @@ mod tests {
 
     /// A server with one reactor (so a render on it would hold up every connection),
     /// HTTP and newline TCP, whose metrics end with a section behind `gate`.
-    fn serve(gate: &Arc<Gate>) -> (SocketAddr, SocketAddr, ServerHandle) {
+    fn serve(gate: &Arc<Gate>) -> (SocketAddr, SocketAddr, ServerHandle, Running) {
         let engine = demo::engine(Config::default());
         let g = Arc::clone(gate);
         engine
@@ -163,9 +199,11 @@ mod tests {
         let http = server.listen_http("127.0.0.1:0").unwrap();
         let tcp = server.listen_tcp("127.0.0.1:0").unwrap();
         let handle = server.handle();
-        std::thread::spawn(move || server.run());
-        (http, tcp, handle)
+        let running = std::thread::spawn(move || server.run());
+        (http, tcp, handle, running)
     }
+
+    type Running = std::thread::JoinHandle<std::io::Result<()>>;
 
     fn connect(addr: SocketAddr) -> TcpStream {
         let s = TcpStream::connect(addr).unwrap();
@@ -211,8 +249,15 @@ mod tests {
     #[test]
     fn a_scrape_being_rendered_holds_up_no_other_connection_and_pipelined_answers_wait_for_it() {
         let gate = Arc::new(Gate::default());
+        let (http, tcp, handle, _) = serve(&gate);
+        // A call answered (and counted) before the scrape.
+        let mut b = BufReader::new(connect(tcp));
+        let mut line = String::new();
+        let ping = format!("{PING}\n");
+        b.get_mut().write_all(ping.as_bytes()).unwrap();
+        b.read_line(&mut line).unwrap();
+        assert!(line.contains(r#""result":"pong""#), "{line}");
         gate.hold();
-        let (http, tcp, handle) = serve(&gate);
         // A scrape, and a call pipelined behind it on the same connection.
         let mut a = connect(http);
         let post = format!(
@@ -224,11 +269,8 @@ mod tests {
         // While it renders, the reactor answers other connections: a line on TCP, a
         // call and the health check over HTTP. (Rendered on the reactor, as before,
         // these waited for the render and timed out.)
-        let mut b = BufReader::new(connect(tcp));
-        b.get_mut()
-            .write_all(format!("{PING}\n").as_bytes())
-            .unwrap();
-        let mut line = String::new();
+        line.clear();
+        b.get_mut().write_all(ping.as_bytes()).unwrap();
         b.read_line(&mut line).unwrap();
         assert!(line.contains(r#""result":"pong""#), "{line}");
         let mut c = BufReader::new(connect(http));
@@ -260,7 +302,7 @@ mod tests {
         );
         let text = String::from_utf8(body).unwrap();
         assert!(text.contains("\ntest_gate 1\n"), "{text}");
-        // The ping answered on `b` and `c` before the scrape ended is in it.
+        // The ping answered before the scrape is in it.
         assert!(text.contains(r#"method="ping""#), "{text}");
         let (status, _, body) = response(&mut a);
         assert_eq!(status, 200);
@@ -272,7 +314,7 @@ mod tests {
     fn scrapes_past_the_queue_are_answered_503_a_failed_render_500_and_head_no_body() {
         let gate = Arc::new(Gate::default());
         gate.hold();
-        let (http, _, handle) = serve(&gate);
+        let (http, _, handle, _) = serve(&gate);
         let mut first = BufReader::new(connect(http));
         first.get_mut().write_all(SCRAPE).unwrap();
         gate.wait_entered(1);
@@ -349,5 +391,52 @@ mod tests {
             .unwrap();
         assert_eq!(response(&mut first).0, 200);
         handle.shutdown();
+    }
+
+    #[test]
+    fn a_render_past_its_time_is_answered_503_and_holds_up_no_shutdown() {
+        let gate = Arc::new(Gate::default());
+        gate.hold();
+        let (http, _, handle, running) = serve(&gate);
+        let mut a = BufReader::new(connect(http));
+        let sent = Instant::now();
+        a.get_mut().write_all(SCRAPE).unwrap();
+        gate.wait_entered(1);
+        let (status, headers, body) = response(&mut a);
+        assert!(
+            sent.elapsed() >= TIMEOUT,
+            "answered after {:?}",
+            sent.elapsed()
+        );
+        assert_eq!(status, 503);
+        assert_eq!(header(&headers, "retry-after"), None);
+        assert!(String::from_utf8_lossy(&body).contains("not rendered in time"));
+        // The late text is dropped: the connection's next answers are its next
+        // requests'.
+        gate.open();
+        a.get_mut().write_all(SCRAPE).unwrap();
+        let (status, _, body) = response(&mut a);
+        assert_eq!(status, 200);
+        assert!(String::from_utf8_lossy(&body).contains("\ntest_gate 1\n"));
+        a.get_mut()
+            .write_all(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        let (status, _, body) = response(&mut a);
+        assert_eq!((status, body.as_slice()), (200, &br#"{"status":"ok"}"#[..]));
+        // A render that never ends holds up no shutdown: its scrape is answered at
+        // its time, and the server's run returns without the thread.
+        gate.hold();
+        let entered = gate.entered.load(Ordering::SeqCst);
+        a.get_mut().write_all(SCRAPE).unwrap();
+        gate.wait_entered(entered + 1);
+        handle.shutdown();
+        assert_eq!(response(&mut a).0, 503);
+        let end = Instant::now() + JOIN_WAIT + IO_TIMEOUT;
+        while !running.is_finished() {
+            assert!(Instant::now() < end, "run() did not return");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        running.join().unwrap().unwrap();
+        gate.open();
     }
 }

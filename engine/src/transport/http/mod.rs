@@ -115,5 +115,5 @@ pub(crate) use response::{
     begin_json_response, begin_json_response_traced, cancel_json_response, close_after_last,
     finish_json_response, finish_json_response_traced, write_continue, write_head, write_health,
     write_json_status, write_metrics, write_metrics_failed, write_no_content, write_preflight,
-    write_refusal, write_status, JsonResponse, Reply, ServerHeaders,
+    write_refusal, write_status, JsonResponse, Reply, ScrapeFailed, ServerHeaders,
 };

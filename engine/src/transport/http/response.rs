@@ -327,28 +327,42 @@ fn write_text(
     }
 }
 
-/// Appends the answer to a scrape that got no metrics: `503` with `Retry-After: 1`
-/// when too many scrapes wait already, else `500` (rendering failed), each with a
-/// `text/plain` body that says so (none for `HEAD`).
+/// Why a scrape got no metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ScrapeFailed {
+    /// Too many scrapes wait already: `503` with `Retry-After: 1`.
+    Busy,
+    /// Rendering did not end within its time: `503`.
+    TimedOut,
+    /// Rendering failed (panicked): `500`.
+    Failed,
+}
+
+/// Appends the answer to a scrape that got no metrics, with a `text/plain` body that
+/// says why (none for `HEAD`).
 pub(crate) fn write_metrics_failed(
     out: &mut Vec<u8>,
-    busy: bool,
+    why: ScrapeFailed,
     reply: Reply,
     server: &ServerHeaders,
     head: bool,
 ) {
-    let (status, header, text): (u16, _, &[u8]) = if busy {
-        (
+    let (status, header, text): (u16, _, &[u8]) = match why {
+        ScrapeFailed::Busy => (
             503,
             Some(("Retry-After", "1")),
             b"Service Unavailable: too many scrapes of /metrics at once, try again",
-        )
-    } else {
-        (
+        ),
+        ScrapeFailed::TimedOut => (
+            503,
+            None,
+            b"Service Unavailable: the metrics were not rendered in time",
+        ),
+        ScrapeFailed::Failed => (
             500,
             None,
             b"Internal Server Error: the metrics could not be rendered",
-        )
+        ),
     };
     write_text(out, status, reply, server, header, head, text);
 }
