@@ -135,7 +135,7 @@ fn feed_http<'p>(limits: &HttpLimits, pieces: impl IntoIterator<Item = &'p [u8]>
                         .map(|t| t.trace_id().to_string()),
                 ),
                 HttpEvent::Health { reply, head } => Ev::Health(reply, head),
-                HttpEvent::Metrics { reply, head } => Ev::Metrics(reply, head),
+                HttpEvent::Metrics { reply, head, .. } => Ev::Metrics(reply, head),
                 HttpEvent::Preflight { reply } => Ev::Preflight(reply),
                 HttpEvent::Continue { .. } => Ev::Continue,
                 HttpEvent::Upgrade { key, head, reply } => Ev::Upgrade(key, head.to_vec(), reply),

@@ -659,16 +659,17 @@ impl Pending {
         slot
     }
 
-    /// The slot for `GET /metrics` on connection `conn` (slot number `id`), its text
-    /// queued for the [`Scraper`]'s thread. `Err` when it cannot be: too many scrapes
-    /// wait (`Full`: answer `503`), or there is no thread (`Gone`: render here).
+    /// The slot for `GET /metrics` on connection `conn` (`(id, reply, head)`: its slot
+    /// number, how to head the answer, whether it is `HEAD`), its text queued for the
+    /// [`Scraper`]'s thread, answered `503` at [`scrape::deadline`] for the scraper's
+    /// `timeout`. `Err` when it cannot be queued: too many scrapes wait (`Full`: answer
+    /// `503`), or there is no thread (`Gone`: render here).
     pub(crate) fn scrape(
         &mut self,
         conn: usize,
         generation: u64,
-        id: u64,
-        reply: Reply,
-        head: bool,
+        (id, reply, head): (u64, Reply, bool),
+        timeout: Option<Duration>,
     ) -> Result<Slot, Refused> {
         let scraper = self.scraper.as_ref().ok_or(Refused::Gone)?;
         let tag = Tag {
@@ -678,7 +679,7 @@ impl Pending {
             element: 0,
         };
         scraper.submit(tag, Arc::clone(&self.fixed.reply_to))?;
-        let deadline = Instant::now() + scrape::TIMEOUT;
+        let deadline = Instant::now() + scrape::deadline(timeout);
         self.timers.push(Reverse((deadline, conn, generation, id)));
         let mut slot = Slot::ready(id, Vec::new());
         slot.timers = 1;

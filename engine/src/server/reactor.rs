@@ -1029,11 +1029,15 @@ fn decode_frames(ctx: &mut Ctx, conn: &mut Conn, key: usize, high_water: Option<
                     http::write_health(&mut conn.out, reply, &ctx.http, head);
                     queue_if_behind(conn, mark);
                 }
-                Some(HttpEvent::Metrics { reply, head }) => {
+                Some(HttpEvent::Metrics {
+                    reply,
+                    head,
+                    timeout,
+                }) => {
                     if !reply.keep_alive {
                         conn.read_closed = true;
                     }
-                    scrape(ctx, conn, key, reply, head);
+                    scrape(ctx, conn, key, reply, head, timeout);
                 }
                 Some(HttpEvent::Preflight { reply }) => {
                     if !reply.keep_alive {
@@ -1179,12 +1183,17 @@ fn upgrade(ctx: &mut Ctx, conn: &mut Conn, key: &[u8; 24], head: &[u8], reply: R
 /// scrape thread renders it (see [`super::scrape`]); `503` when too many scrapes wait;
 /// rendered here only when there is no such thread.
 #[cold]
-fn scrape(ctx: &mut Ctx, conn: &mut Conn, key: usize, reply: Reply, head: bool) {
+fn scrape(
+    ctx: &mut Ctx,
+    conn: &mut Conn,
+    key: usize,
+    reply: Reply,
+    head: bool,
+    timeout: Option<Duration>,
+) {
     let mark = conn.out.len();
-    match ctx
-        .pending
-        .scrape(key, conn.generation, conn.next_slot, reply, head)
-    {
+    let slot = (conn.next_slot, reply, head);
+    match ctx.pending.scrape(key, conn.generation, slot, timeout) {
         Ok(slot) => {
             conn.next_slot += 1;
             conn.slots.push_back(slot);

@@ -306,6 +306,9 @@ pub(crate) enum HttpEvent {
         reply: Reply,
         /// The request was `HEAD`: answer without a body.
         head: bool,
+        /// How long the scraper waits for the answer, when it says
+        /// (`X-Prometheus-Scrape-Timeout-Seconds`, which Prometheus sends).
+        timeout: Option<std::time::Duration>,
     },
     /// A CORS preflight (`OPTIONS` on the JSON-RPC path) from an allowed origin: answer
     /// with [`write_preflight`](super::write_preflight).
@@ -474,6 +477,8 @@ enum Plan {
         reply: Reply,
         head: bool,
         probe: Probe,
+        /// A scrape's `X-Prometheus-Scrape-Timeout-Seconds`.
+        timeout: Option<std::time::Duration>,
     },
     Refuse {
         error: HttpError,
@@ -488,6 +493,19 @@ enum Plan {
         head: usize,
         reply: Reply,
     },
+}
+
+/// The scrape timeout a scraper sends (`X-Prometheus-Scrape-Timeout-Seconds: 10`, in
+/// seconds, fractions allowed), if it sends one that is a positive number.
+fn scrape_timeout(headers: &[httparse::Header<'_>]) -> Option<std::time::Duration> {
+    let h = headers.iter().find(|h| {
+        h.name
+            .eq_ignore_ascii_case("x-prometheus-scrape-timeout-seconds")
+    })?;
+    let secs: f64 = std::str::from_utf8(trim_ows(h.value)).ok()?.parse().ok()?;
+    std::time::Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| !d.is_zero())
 }
 
 /// Which of the answers without a JSON-RPC body a [`Plan::Health`] is.
@@ -858,12 +876,18 @@ impl HttpDecoder {
                 (false, true) => Probe::Metrics,
                 (false, false) => Probe::Health,
             };
+            // Looked for in scrapes' heads alone (no field of other requests is compared
+            // with this name).
+            let timeout = (probe == Probe::Metrics)
+                .then(|| scrape_timeout(req.headers))
+                .flatten();
             return Ok(Plan::Health {
                 body,
                 expect,
                 reply,
                 head,
                 probe,
+                timeout,
             });
         }
         let error = match (is_rpc, is_health || is_metrics, cors.is_some()) {
@@ -920,6 +944,7 @@ impl HttpDecoder {
                 mut reply,
                 head,
                 probe,
+                timeout,
             } => {
                 reply.keep_alive = reply.keep_alive && self.skip_body(body, expect);
                 if !reply.keep_alive {
@@ -927,7 +952,11 @@ impl HttpDecoder {
                 }
                 Step::Event(match probe {
                     Probe::Preflight => HttpEvent::Preflight { reply },
-                    Probe::Metrics => HttpEvent::Metrics { reply, head },
+                    Probe::Metrics => HttpEvent::Metrics {
+                        reply,
+                        head,
+                        timeout,
+                    },
                     Probe::Health => HttpEvent::Health { reply, head },
                 })
             }
@@ -1927,6 +1956,36 @@ mod tests {
         buf.extend_from_slice(b"lth HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
         assert_eq!(dec.decode(&mut buf).map(owned), Some(Ev::Health(false)));
         assert!(dec.is_closed());
+    }
+
+    #[test]
+    fn a_scrape_carries_its_scrapers_timeout_when_it_is_a_positive_number() {
+        let scrape = |field: &str| {
+            let mut dec = HttpDecoder::new(HttpLimits {
+                metrics: true,
+                ..HttpLimits::default()
+            });
+            let head = format!("GET /metrics HTTP/1.1\r\nHost: x\r\n{field}\r\n");
+            let mut buf = BytesMut::from(head.as_bytes());
+            match dec.decode(&mut buf) {
+                Some(HttpEvent::Metrics { timeout, .. }) => timeout,
+                other => panic!("{field:?}: {other:?}"),
+            }
+        };
+        let secs = |s: f64| Some(std::time::Duration::from_secs_f64(s));
+        assert_eq!(scrape(""), None);
+        assert_eq!(
+            scrape("X-Prometheus-Scrape-Timeout-Seconds: 10\r\n"),
+            secs(10.0)
+        );
+        assert_eq!(
+            scrape("x-prometheus-scrape-timeout-seconds:  2.5 \r\n"),
+            secs(2.5)
+        );
+        for bad in ["ten", "", "0", "-1", "NaN", "inf"] {
+            let field = format!("X-Prometheus-Scrape-Timeout-Seconds: {bad}\r\n");
+            assert_eq!(scrape(&field), None, "{bad:?}");
+        }
     }
 
     #[test]
