@@ -240,6 +240,12 @@ mod tests {
         (status, headers, body)
     }
 
+    /// Sends `request` on `r`'s connection and reads its response.
+    fn ask(r: &mut BufReader<TcpStream>, request: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
+        r.get_mut().write_all(request).unwrap();
+        response(r)
+    }
+
     fn header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
         headers
             .iter()
@@ -248,6 +254,7 @@ mod tests {
     }
 
     const SCRAPE: &[u8] = b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n";
+    const HEALTH: &[u8] = b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n";
     /// A scrape whose scraper waits 2 s: answered `503` after 1.8 s.
     const SCRAPE_2S: &[u8] =
         b"GET /metrics HTTP/1.1\r\nHost: t\r\nX-Prometheus-Scrape-Timeout-Seconds: 2\r\n\r\n";
@@ -285,9 +292,7 @@ mod tests {
         let (status, _, body) = response(&mut c);
         assert_eq!(status, 200);
         assert!(String::from_utf8_lossy(&body).contains("pong"));
-        c.get_mut()
-            .write_all(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
-            .unwrap();
+        c.get_mut().write_all(HEALTH).unwrap();
         assert_eq!(response(&mut c).0, 200);
         // Nothing for `a` yet: its first answer is the scrape's.
         a.set_read_timeout(Some(Duration::from_millis(200)))
@@ -389,12 +394,10 @@ mod tests {
         }
         // A render that panics answers 500; the thread renders the next scrape.
         gate.panic_next.store(true, Ordering::SeqCst);
-        first.get_mut().write_all(SCRAPE).unwrap();
-        let (status, _, body) = response(&mut first);
+        let (status, _, body) = ask(&mut first, SCRAPE);
         assert_eq!(status, 500);
         assert!(String::from_utf8_lossy(&body).contains("could not be rendered"));
-        first.get_mut().write_all(SCRAPE).unwrap();
-        let (status, headers, body) = response(&mut first);
+        let (status, headers, body) = ask(&mut first, SCRAPE);
         assert_eq!(status, 200);
         assert!(String::from_utf8_lossy(&body).contains("\ntest_gate 1\n"));
         // `HEAD`: the length of the text, and no body.
@@ -419,10 +422,7 @@ mod tests {
         assert!(head_len.is_some_and(|n| n > get_len / 2), "{head_len:?}");
         // Nothing follows the head: the next answer on the connection is the next
         // request's.
-        first
-            .get_mut()
-            .write_all(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
-            .unwrap();
+        first.get_mut().write_all(HEALTH).unwrap();
         assert_eq!(response(&mut first).0, 200);
         handle.shutdown();
     }
@@ -449,14 +449,10 @@ mod tests {
         // The late text is dropped: the connection's next answers are its next
         // requests'.
         gate.open();
-        a.get_mut().write_all(SCRAPE).unwrap();
-        let (status, _, body) = response(&mut a);
+        let (status, _, body) = ask(&mut a, SCRAPE);
         assert_eq!(status, 200);
         assert!(String::from_utf8_lossy(&body).contains("\ntest_gate 1\n"));
-        a.get_mut()
-            .write_all(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
-            .unwrap();
-        let (status, _, body) = response(&mut a);
+        let (status, _, body) = ask(&mut a, HEALTH);
         assert_eq!((status, body.as_slice()), (200, &br#"{"status":"ok"}"#[..]));
         // A render that never ends holds up no shutdown: its scrape is answered at
         // its time, and the server's run returns without the thread.
