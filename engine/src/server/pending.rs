@@ -215,11 +215,20 @@ impl Slot {
     /// A slot whose final bytes are already known.
     pub(crate) fn ready(id: u64, buf: Vec<u8>) -> Self {
         Self {
-            id,
             ready: true,
+            buf,
+            ..Self::blank(id)
+        }
+    }
+
+    /// Slot `id` with nothing in it yet: not ready, no elements, no buffers.
+    fn blank(id: u64) -> Self {
+        Self {
+            id,
+            ready: false,
             http: None,
             batch: None,
-            buf,
+            buf: Vec::new(),
             late: Vec::new(),
             frame: Bytes::new(),
             elems: Vec::new(),
@@ -681,15 +690,8 @@ impl Pending {
         scraper.submit(tag, Arc::clone(&self.fixed.reply_to))?;
         let deadline = Instant::now() + scrape::deadline(timeout);
         self.timers.push(Reverse((deadline, conn, generation, id)));
-        let mut slot = Slot::ready(id, Vec::new());
-        slot.timers = 1;
-        slot.ready = false;
-        slot.http = Some(reply);
-        slot.remaining = 1;
-        slot.key = conn;
-        slot.generation = generation;
-        slot.elems = self.spares.get_mut().elems.pop().unwrap_or_default();
-        slot.elems.push(Elem {
+        let mut elems = self.spares.get_mut().elems.pop().unwrap_or_default();
+        elems.push(Elem {
             work: Work::Scrape { head },
             id: None,
             state: ElemState::Running,
@@ -700,7 +702,15 @@ impl Pending {
             answer: 0..0,
             trace: None,
         });
-        Ok(slot)
+        Ok(Slot {
+            http: Some(reply),
+            elems,
+            remaining: 1,
+            key: conn,
+            generation,
+            timers: 1,
+            ..Slot::blank(id)
+        })
     }
 
     /// Sends queued elements of `slot` to the pool, up to `batch_concurrency` at once. A
